@@ -1,0 +1,149 @@
+// kolo — data-parallel distributed training for C++: the public API.
+//
+// This header compiles as C++17 (LibTorch users) and pulls in nothing but the
+// standard library. Everything below the Communicator (transports, algorithms,
+// the engine thread) is private to the library.
+//
+//   auto comm = kolo::init();                     // rank/size from kolorun, mpirun, srun, torchrun env
+//   std::vector<float> g(n);
+//   comm.allreduce(g.data(), g.size(), kolo::Op::Average);          // blocking, in place
+//   kolo::Work w = comm.allgather_async(in, out, n, kolo::DType::F32);  /* ... */  w.wait();
+//
+// Contract (as in MPI, NCCL and Gloo): every rank of a communicator issues the
+// same collectives in the same order. Every rank ends with bit-identical bytes.
+// Buffers handed to an *_async call must stay alive and untouched until the
+// Work completes. Errors are thrown as kolo::Error and name the rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace kolo {
+
+enum class DType : std::uint8_t { F32, F64, F16, BF16, I32, I64, U8 };
+
+// Average is Sum divided by the number of ranks; it is defined for the
+// floating types only (an integer average would silently truncate).
+enum class Op : std::uint8_t { Sum, Average, Min, Max, Product };
+
+std::size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "f32", "bf16", ...
+const char* op_name(Op op);       // "sum", "average", ...
+bool op_supported(DType t, Op op);
+
+// Storage types for the 16-bit floats (IEEE binary16 and bfloat16). They are
+// reduced in f32 and rounded to nearest-even once per reduction step.
+struct Half { std::uint16_t bits; };
+struct BFloat16 { std::uint16_t bits; };
+
+template <class T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::F64; };
+template <> struct dtype_of<Half> { static constexpr DType value = DType::F16; };
+template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BF16; };
+template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::I32; };
+template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::I64; };
+template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::U8; };
+
+// Every failure kolo reports: the message names the rank and the problem.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+struct WorkState;
+struct Context;
+}  // namespace detail
+
+// Handle of an asynchronous collective. wait() blocks until it is done and
+// rethrows its error; test() polls. Copies share the same operation.
+class Work {
+ public:
+  Work() = default;
+  void wait();
+  bool test();
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  friend struct detail::Context;
+  explicit Work(std::shared_ptr<detail::WorkState> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+class Communicator {
+ public:
+  Communicator() = default;  // invalid until assigned from kolo::init()
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;  // index among the ranks on this host
+  int local_size() const;  // ranks on this host
+  // "self" (one rank), "shm" (all ranks on one host share memory) or "tcp".
+  std::string transport() const;
+
+  // out[i] = in_0[i] op in_1[i] op ... ; in == out is in place.
+  void allreduce(const void* in, void* out, std::size_t count, DType t, Op op);
+  Work allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op);
+
+  // data from root to every rank, in place.
+  void broadcast(void* data, std::size_t count, DType t, int root);
+  Work broadcast_async(void* data, std::size_t count, DType t, int root);
+
+  // out = concat over ranks of in (count elements each); out holds size()*count.
+  // In place when in == out + rank()*count.
+  void allgather(const void* in, void* out, std::size_t count, DType t);
+  Work allgather_async(const void* in, void* out, std::size_t count, DType t);
+
+  // Per-rank sizes: rank r contributes counts[r] elements; out holds their sum,
+  // rank blocks in rank order. counts must be the same vector on every rank.
+  void allgatherv(const void* in, void* out, const std::vector<std::size_t>& counts, DType t);
+  Work allgatherv_async(const void* in, void* out, const std::vector<std::size_t>& counts,
+                        DType t);
+
+  // in holds size()*count elements; rank r receives block r of the reduction.
+  // In place when out == in + rank()*count.
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op);
+  Work reduce_scatter_async(const void* in, void* out, std::size_t count, DType t, Op op);
+
+  // in and out hold size()*count elements; block j of in goes to rank j, and
+  // block j of out comes from rank j. in and out must not overlap.
+  void alltoall(const void* in, void* out, std::size_t count, DType t);
+  Work alltoall_async(const void* in, void* out, std::size_t count, DType t);
+
+  void barrier();
+  Work barrier_async();
+
+  // Typed conveniences, in place.
+  template <class T>
+  void allreduce(T* data, std::size_t count, Op op = Op::Sum) {
+    allreduce(data, data, count, dtype_of<T>::value, op);
+  }
+  template <class T>
+  void broadcast(T* data, std::size_t count, int root) {
+    broadcast(data, count, dtype_of<T>::value, root);
+  }
+  template <class T>
+  void allreduce(std::vector<T>& v, Op op = Op::Sum) {
+    allreduce(v.data(), v.size(), op);
+  }
+
+  bool valid() const { return ctx_ != nullptr; }
+
+ private:
+  friend Communicator init();
+  std::shared_ptr<detail::Context> ctx_;
+};
+
+// Discovers rank, size and the rendezvous store from the environment: kolo's
+// own variables (kolorun), then torchrun's, Open MPI's, MPICH/Hydra's and
+// Slurm's; connects to every peer (shared memory with ranks on this host by
+// default, TCP otherwise). Collective over all ranks of the job.
+Communicator init();
+
+}  // namespace kolo

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configures and builds kolo into build/ (or $KOLO_BUILD_DIR). Extra arguments go to cmake.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${KOLO_BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -G Ninja "$@" >/dev/null
+ninja -C "$BUILD"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package kolo needs to build, test and benchmark.
+# Idempotent: does nothing when all are present. Runs apt-get as root (sudo if needed).
+set -euo pipefail
+
+PACKAGES=(
+  cmake ninja-build g++ pkg-config ccache git procps  # build
+  libgtest-dev libbenchmark-dev                       # tests, micro-benchmarks
+  libhwy-dev                                          # SIMD reduction kernels
+  libcli11-dev libfmt-dev                             # command lines, formatting
+  libsodium-dev                                       # job secret authentication
+  zlib1g-dev                                          # reading the gzipped data set
+  libtorch-dev libopenblas0-pthread                   # kolo_torch (LibTorch 1.13, CPU), fast BLAS
+  dataset-fashion-mnist                               # the main job's data
+  openmpi-bin libopenmpi-dev python3-torch            # anchors and the mpirun test
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,40 @@
+// Every tunable of kolo, declared once: its environment variable, default and
+// meaning (NCCL's style). Values are read from the environment on first use.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kolo::config {
+
+// Reads an integer variable; a value that does not parse is an error naming it.
+std::int64_t env_int(const char* name, std::int64_t def);
+std::string env_str(const char* name, const std::string& def);
+
+// --- transport -------------------------------------------------------------
+// "auto" (shared memory between ranks of one host, TCP otherwise), "shm" or "tcp".
+inline std::string transport() { return env_str("KOLO_TRANSPORT", "auto"); }
+// Bytes per rank and pipeline stage of the shared-memory collectives: big
+// enough to amortise one flag synchronisation, small enough to stay in cache.
+inline std::int64_t shm_chunk_bytes() { return env_int("KOLO_SHM_CHUNK", 256 << 10); }
+// Socket send/receive buffer size requested for data connections.
+inline std::int64_t tcp_buffer_bytes() { return env_int("KOLO_TCP_BUFFER", 4 << 20); }
+// Bytes per pipeline segment of the TCP ring algorithms.
+inline std::int64_t ring_segment_bytes() { return env_int("KOLO_RING_SEGMENT", 1 << 20); }
+
+// --- algorithm selection ---------------------------------------------------
+// Allreduce messages up to this many bytes use the latency-optimal algorithm.
+inline std::int64_t allreduce_small_bytes() { return env_int("KOLO_ALLREDUCE_SMALL", 64 << 10); }
+// Force one allreduce algorithm: "auto", "ring", "oneshot" (TCP); "shm" has one of its own.
+inline std::string allreduce_algo() { return env_str("KOLO_ALLREDUCE_ALGO", "auto"); }
+
+// --- failure handling ------------------------------------------------------
+// Longest a rank waits for a peer inside a collective before failing (ms).
+inline std::int64_t timeout_ms() { return env_int("KOLO_TIMEOUT_MS", 300000); }
+// Longest init() waits for all ranks to arrive at the rendezvous (ms).
+inline std::int64_t rendezvous_timeout_ms() { return env_int("KOLO_RENDEZVOUS_TIMEOUT_MS", 120000); }
+
+// --- diagnostics -----------------------------------------------------------
+inline std::string log_level() { return env_str("KOLO_LOG", "warn"); }
+
+}  // namespace kolo::config

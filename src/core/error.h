@@ -1,0 +1,54 @@
+// Errors and invariant checks (Gloo's enforce style): a failed check throws
+// kolo::Error whose text starts with "kolo rank R:" so that every message in a
+// multi-rank log says where it came from.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "kolo/kolo.h"
+
+namespace kolo {
+
+// The rank this process speaks for in messages (-1 before init()).
+void set_log_rank(int rank);
+int log_rank();
+
+// "kolo rank 3: " or "kolo: " before init.
+std::string rank_prefix();
+
+template <class... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
+  throw Error(rank_prefix() + fmt::format(f, std::forward<Args>(args)...));
+}
+
+// A peer or socket went away: callers may want to tell it apart from misuse.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <class... Args>
+[[noreturn]] void fail_io(fmt::format_string<Args...> f, Args&&... args) {
+  throw IoError(rank_prefix() + fmt::format(f, std::forward<Args>(args)...));
+}
+
+// errno as text, for system-call failures.
+std::string errno_text(int err);
+
+}  // namespace kolo
+
+#define KOLO_CHECK(cond, ...)                    \
+  do {                                           \
+    if (!(cond)) ::kolo::fail(__VA_ARGS__);      \
+  } while (0)
+
+// Prints both sides: KOLO_CHECK_EQ(a, b, "what") -> "what: a (=3) != b (=4)".
+#define KOLO_CHECK_EQ(a, b, what)                                                         \
+  do {                                                                                    \
+    const auto& kolo_a_ = (a);                                                            \
+    const auto& kolo_b_ = (b);                                                            \
+    if (!(kolo_a_ == kolo_b_))                                                            \
+      ::kolo::fail("{}: {} (={}) != {} (={})", what, #a, kolo_a_, #b, kolo_b_);           \
+  } while (0)

@@ -1,0 +1,1 @@
+// Placeholder: the Highway kernels land here.

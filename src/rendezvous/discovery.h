@@ -1,0 +1,48 @@
+// Who am I in this job? Rank, size and the rendezvous address, read from the
+// variables of whichever launcher started the process, in this order:
+//   kolo (kolorun):  KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE,
+//                    KOLO_STORE_ADDR (host:port), KOLO_JOB_ID
+//   torchrun style:  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//   Open MPI:        OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE
+//   MPICH/Hydra:     PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
+//   Slurm:           SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_NODELIST
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "rendezvous/store.h"
+
+namespace kolo::rdv {
+
+using Env = std::map<std::string, std::string>;
+
+struct Discovery {
+  std::string source;  // "single", "kolo", "torchrun", "openmpi", "mpich", "slurm"
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;   // -1 when the launcher did not say
+  int local_size = 1;   // -1 when the launcher did not say
+  // Where the store is. Empty host: not given by the launcher; rank 0 hosts
+  // the store and the others find it through a file keyed by job_id (works
+  // when all ranks share one host and /tmp, e.g. a plain mpirun).
+  std::string store_host;
+  int store_port = 0;
+  bool rank0_hosts_store = false;  // true unless kolorun hosts it
+  std::string job_id;              // unique per job where the launcher gives one
+};
+
+// Pure function of the environment (tests pass a map). Throws kolo::Error
+// naming the variable when something is missing or malformed, e.g. rank >= size.
+Discovery discover(const Env& env);
+Env current_environment();
+
+// Expands the first host of a Slurm node list: "node[03-05,7],gpu1" -> "node03".
+std::string first_slurm_host(const std::string& nodelist);
+
+// Connects to (and on rank 0, when rank0_hosts_store, first starts) the store.
+// `hosted` receives the server rank 0 starts; keep it alive for the job.
+std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<StoreServer>& hosted);
+
+}  // namespace kolo::rdv
