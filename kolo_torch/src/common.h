@@ -1,0 +1,28 @@
+// Helpers shared by kolo_torch's translation units (private).
+#pragma once
+
+#include <string>
+
+#include "kolo/torch.h"
+
+namespace kolo::torch::detail {
+
+// "kolo rank R: " — every message names the rank it comes from.
+std::string prefix(int rank);
+
+// The kolo dtype of a tensor's scalar type; `what` names the tensor in the error.
+DType kolo_dtype(c10::ScalarType t, const std::string& what, int rank);
+
+// Throws unless the tensor is a CPU tensor (kolo reduces host memory only).
+void check_cpu(const ::torch::Tensor& t, const std::string& what, int rank);
+
+// "[128, 9216] f32"
+std::string describe(const ::torch::Tensor& t);
+
+// Collective: every rank must hold the same names, shapes and dtypes. One
+// allgather of a hash when they agree; otherwise every rank throws an error
+// listing, per rank, how its tensors differ from root's. `what` names the caller.
+void check_same_tensors(Communicator& comm, const NamedTensors& params,
+                        const NamedTensors& buffers, int root, const std::string& what);
+
+}  // namespace kolo::torch::detail

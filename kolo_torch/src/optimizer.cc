@@ -1,0 +1,414 @@
+// DistributedOptimizer: gradient buckets filled by autograd hooks and
+// allreduced while backward is still running.
+//
+// How a step goes
+// ---------------
+// At construction the parameters (requires_grad, deduplicated) are laid out
+// in reverse registration order — the order in which backward usually
+// finishes them — into buckets: a small first one (first_bucket_cap_bytes, so
+// communication starts early) and then buckets of up to bucket_cap_bytes; a
+// bucket holds one dtype. Each parameter's gradient accumulator (the
+// AccumulateGrad node that writes .grad) gets a post-hook.
+//
+// During backward the hook fires once per parameter and pass. On the last
+// pass of a step (backward_passes_per_step = k; passes 1..k-1 just accumulate
+// into .grad) it copies .grad into the parameter's slot of its bucket; when a
+// bucket's last slot is filled, the bucket is *ready*. Ready buckets are
+// started strictly in bucket order (bucket i+1 waits for bucket i), so every
+// rank issues the same allreduces in the same order even when their backward
+// passes finish gradients in different orders (the kolo contract). The first
+// hook of a pass also queues an end-of-backward callback with the autograd
+// engine that counts the pass.
+//
+// step() (via synchronize()) fills what backward did not — parameters that
+// got a gradient only in earlier passes, or none at all (zeros with
+// find_unused_parameters, else an error after the collectives have been
+// completed, so that no peer is left waiting mid-step) — starts the
+// remaining buckets in order, waits for all of them, scales, writes the
+// results into .grad and calls the wrapped optimizer. Errors found inside
+// hooks (sparse or non-CPU gradients) are kept and thrown from step(), since
+// the autograd engine would wrap or lose them.
+#include <fmt/format.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <functional>
+#include <mutex>
+#include <unordered_set>
+
+#include "common.h"
+
+namespace kolo::torch {
+
+using detail::prefix;
+
+struct DistributedOptimizer::Impl {
+  struct Param {
+    std::string name;
+    ::torch::Tensor tensor;
+    std::size_t bucket = 0;
+    std::int64_t offset = 0;  // elements into the bucket
+    std::int64_t numel = 0;
+    std::shared_ptr<::torch::autograd::Node> accumulator;
+    std::uintptr_t hook_key = 0;
+    bool seen = false;   // received a gradient in some pass of this step
+    bool ready = false;  // copied into its bucket for this step
+  };
+  struct Bucket {
+    std::vector<std::size_t> params;
+    ::torch::Tensor flat;  // the parameters' dtype
+    ::torch::Tensor wire;  // f16/bf16 copy when compressing
+    DType dtype = DType::F32;
+    std::size_t pending = 0;  // parameters not yet ready
+    bool launched = false;
+    Work work;
+  };
+
+  Communicator comm;
+  std::unique_ptr<::torch::optim::Optimizer> opt;
+  DistributedOptimizerOptions o;
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+
+  std::mutex mu;
+  std::size_t next_launch = 0;
+  int passes = 0;  // backward passes finished since the last step
+  bool callback_queued = false;
+  bool synchronized = false;
+  std::vector<std::string> errors;  // found in hooks, thrown by step()
+
+  ~Impl() {
+    for (auto& b : buckets)
+      if (b.launched) try {
+          b.work.wait();
+        } catch (...) {
+        }
+    for (auto& p : params)
+      if (p.accumulator) p.accumulator->del_post_hook(p.hook_key);
+  }
+
+  std::string err(const std::string& text) const { return prefix(comm.rank()) + text; }
+
+  void init(NamedTensors named);
+  void on_grad(std::size_t i);
+  void fill(std::size_t i);
+  void launch_ready();
+  void launch(Bucket& b);
+  void synchronize();
+  void reset_step();
+};
+
+namespace {
+
+// Runs after AccumulateGrad has updated .grad.
+struct GradReadyHook : ::torch::autograd::FunctionPostHook {
+  explicit GradReadyHook(std::function<void()> fn) : fn(std::move(fn)) {}
+  ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
+                                              const ::torch::autograd::variable_list&) override {
+    fn();
+    return outputs;
+  }
+  std::function<void()> fn;
+};
+
+}  // namespace
+
+void DistributedOptimizer::Impl::init(NamedTensors named) {
+  const int rank = comm.rank();
+  if (!opt) throw Error(err("DistributedOptimizer: the optimizer is null"));
+  if (o.backward_passes_per_step < 1)
+    throw Error(err(fmt::format("DistributedOptimizer: backward_passes_per_step must be >= 1, not {}",
+                                o.backward_passes_per_step)));
+  if (!(o.gradient_predivide_factor > 0))
+    throw Error(err(fmt::format("DistributedOptimizer: gradient_predivide_factor must be > 0, not {}",
+                                o.gradient_predivide_factor)));
+  if (o.bucket_cap_bytes == 0 || o.first_bucket_cap_bytes == 0)
+    throw Error(err("DistributedOptimizer: bucket caps must be > 0 bytes"));
+
+  // Trainable parameters, each once.
+  std::unordered_set<const void*> seen_impl;
+  NamedTensors trainable;
+  for (auto& [name, t] : named) {
+    if (!t.defined() || !t.requires_grad()) continue;
+    if (!seen_impl.insert(t.unsafeGetTensorImpl()).second) continue;
+    detail::check_cpu(t, "parameter '" + name + "'", rank);
+    if (!t.is_floating_point())
+      throw Error(err(fmt::format("parameter '{}' has dtype {}; gradients must be floating point",
+                                  name, c10::toString(t.scalar_type()))));
+    trainable.emplace_back(name, t);
+  }
+  // Every parameter the optimizer updates must have its gradient reduced,
+  // or the replicas drift apart silently.
+  for (const auto& group : opt->param_groups())
+    for (const auto& p : group.params())
+      if (!seen_impl.count(p.unsafeGetTensorImpl()))
+        throw Error(err(fmt::format("DistributedOptimizer: the optimizer updates a parameter of "
+                                    "shape {} that is not among the module's trainable "
+                                    "parameters; its gradient would not be averaged",
+                                    detail::describe(p))));
+  // Same model on every rank, or the bucket allreduces would not match.
+  detail::check_same_tensors(comm, trainable, {}, 0, "DistributedOptimizer");
+
+  // Buckets in reverse parameter order.
+  for (auto it = trainable.rbegin(); it != trainable.rend(); ++it) {
+    const auto& [name, t] = *it;
+    const DType dt = detail::kolo_dtype(t.scalar_type(), "parameter '" + name + "'", rank);
+    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+    bool fresh = buckets.empty() || buckets.back().dtype != dt;
+    if (!fresh) {
+      auto& b = buckets.back();
+      std::size_t used = 0;
+      for (auto pi : b.params) used += static_cast<std::size_t>(params[pi].numel) * t.element_size();
+      const std::size_t cap = buckets.size() == 1 ? o.first_bucket_cap_bytes : o.bucket_cap_bytes;
+      fresh = used + bytes > cap;
+    }
+    if (fresh) {
+      buckets.emplace_back();
+      buckets.back().dtype = dt;
+    }
+    Param p;
+    p.name = name;
+    p.tensor = t;
+    p.bucket = buckets.size() - 1;
+    p.numel = t.numel();
+    buckets.back().params.push_back(params.size());
+    params.push_back(std::move(p));
+  }
+  for (auto& b : buckets) {
+    std::int64_t n = 0;
+    for (auto pi : b.params) {
+      params[pi].offset = n;
+      n += params[pi].numel;
+    }
+    const auto st = params[b.params.front()].tensor.scalar_type();
+    b.flat = ::torch::zeros({n}, ::torch::TensorOptions().dtype(st));
+    if (o.compression == Compression::FP16)
+      b.wire = ::torch::empty({n}, ::torch::TensorOptions().dtype(::torch::kHalf));
+    else if (o.compression == Compression::BF16)
+      b.wire = ::torch::empty({n}, ::torch::TensorOptions().dtype(::torch::kBFloat16));
+    b.pending = b.params.size();
+  }
+  // Hooks last: nothing above may throw after them.
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto& p = params[i];
+    p.accumulator = ::torch::autograd::impl::grad_accumulator(p.tensor);
+    if (!p.accumulator)
+      throw Error(err(fmt::format("parameter '{}' is not a leaf tensor; it has no gradient "
+                                  "accumulator to hook",
+                                  p.name)));
+    p.hook_key =
+        p.accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_grad(i); }));
+  }
+}
+
+void DistributedOptimizer::Impl::on_grad(std::size_t i) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!callback_queued) {
+    callback_queued = true;
+    ::torch::autograd::Engine::get_default_engine().queue_callback([this] {
+      std::lock_guard<std::mutex> l(mu);
+      ++passes;
+      callback_queued = false;
+    });
+  }
+  auto& p = params[i];
+  if (passes >= o.backward_passes_per_step) {
+    if (errors.empty())
+      errors.push_back(fmt::format(
+          "backward ran {} times without step(); backward_passes_per_step is {}", passes + 1,
+          o.backward_passes_per_step));
+    return;
+  }
+  p.seen = true;
+  if (passes + 1 < o.backward_passes_per_step || !o.overlap || p.ready) return;
+  fill(i);
+  if (--buckets[p.bucket].pending == 0) launch_ready();
+}
+
+// Copies parameter i's gradient (or zeros) into its bucket slot. Caller holds mu.
+void DistributedOptimizer::Impl::fill(std::size_t i) {
+  auto& p = params[i];
+  auto& b = buckets[p.bucket];
+  ::torch::NoGradGuard no_grad;
+  ::torch::Tensor slot = b.flat.narrow(0, p.offset, p.numel);
+  p.ready = true;
+  const ::torch::Tensor& g = p.tensor.grad();
+  if (!p.seen || !g.defined()) {
+    slot.zero_();
+    return;
+  }
+  if (g.is_sparse()) {
+    errors.push_back(fmt::format(
+        "parameter '{}' received a sparse gradient; DistributedOptimizer reduces dense "
+        "gradients only (e.g. construct the embedding with sparse=false)",
+        p.name));
+    slot.zero_();
+    return;
+  }
+  if (!g.device().is_cpu()) {
+    errors.push_back(fmt::format("parameter '{}' has its gradient on {}, but kolo reduces CPU "
+                                 "tensors only",
+                                 p.name, g.device().str()));
+    slot.zero_();
+    return;
+  }
+  // copy_ handles non-contiguous gradients and a dtype differing from the parameter's.
+  slot.view(g.sizes()).copy_(g);
+}
+
+void DistributedOptimizer::Impl::launch_ready() {
+  while (next_launch < buckets.size() && buckets[next_launch].pending == 0)
+    launch(buckets[next_launch++]);
+}
+
+void DistributedOptimizer::Impl::launch(Bucket& b) {
+  ::torch::NoGradGuard no_grad;
+  const auto n = static_cast<std::size_t>(b.flat.numel());
+  const double pre = o.gradient_predivide_factor;
+  if (pre != 1.0) b.flat.div_(pre);
+  if (b.wire.defined()) {
+    b.wire.copy_(b.flat);
+    const DType wt = o.compression == Compression::FP16 ? DType::F16 : DType::BF16;
+    b.work = comm.allreduce_async(b.wire.data_ptr(), b.wire.data_ptr(), n, wt, Op::Sum);
+  } else {
+    const Op op = (o.reduction == Reduction::Average && pre == 1.0) ? Op::Average : Op::Sum;
+    b.work = comm.allreduce_async(b.flat.data_ptr(), b.flat.data_ptr(), n, b.dtype, op);
+  }
+  b.launched = true;
+}
+
+void DistributedOptimizer::Impl::reset_step() {
+  for (auto& p : params) p.seen = p.ready = false;
+  for (auto& b : buckets) {
+    b.pending = b.params.size();
+    b.launched = false;
+    b.work = Work();
+  }
+  next_launch = 0;
+  passes = 0;
+  errors.clear();
+}
+
+void DistributedOptimizer::Impl::synchronize() {
+  std::unique_lock<std::mutex> lock(mu);
+  if (synchronized) return;
+  // Everything backward did not hand over, in bucket order.
+  std::vector<std::string> missing;
+  for (auto& b : buckets) {
+    if (b.launched) continue;
+    for (auto pi : b.params) {
+      auto& p = params[pi];
+      if (p.ready) continue;
+      if (!p.seen && !o.find_unused_parameters) missing.push_back(p.name);
+      fill(pi);
+    }
+    b.pending = 0;
+  }
+  launch_ready();
+  std::exception_ptr comm_error;
+  for (auto& b : buckets) {
+    try {
+      b.work.wait();
+    } catch (...) {
+      if (!comm_error) comm_error = std::current_exception();
+    }
+  }
+  std::vector<std::string> errs = std::move(errors);
+  reset_step();
+  if (comm_error) std::rethrow_exception(comm_error);
+  if (!errs.empty()) throw Error(err(errs.front()));
+  if (!missing.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < missing.size() && i < 10; ++i)
+      names += (i ? ", '" : "'") + missing[i] + "'";
+    if (missing.size() > 10) names += fmt::format(" and {} more", missing.size() - 10);
+    throw Error(err(fmt::format(
+        "{} {} received no gradient in this step; pass find_unused_parameters=true if that is "
+        "intended",
+        missing.size() == 1 ? "parameter" : "parameters", names)));
+  }
+
+  ::torch::NoGradGuard no_grad;
+  const double size = comm.size();
+  const double pre = o.gradient_predivide_factor;
+  for (auto& b : buckets) {
+    if (b.wire.defined()) b.flat.copy_(b.wire);
+    const bool op_averaged = !b.wire.defined() && o.reduction == Reduction::Average && pre == 1.0;
+    if (!op_averaged) {
+      // Sum so far of (g / pre): Average wants sum/size, Sum wants the plain sum.
+      const double post = o.reduction == Reduction::Average ? size / pre : 1.0 / pre;
+      if (post != 1.0) b.flat.div_(post);
+    }
+    for (auto pi : b.params) {
+      auto& p = params[pi];
+      ::torch::Tensor slot = b.flat.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
+      ::torch::Tensor& g = p.tensor.mutable_grad();
+      if (g.defined() && !g.is_sparse() && g.sizes() == p.tensor.sizes() &&
+          g.is_non_overlapping_and_dense()) {
+        g.copy_(slot);
+      } else {
+        g = slot.clone();
+      }
+    }
+  }
+  synchronized = true;
+}
+
+// --- public face ----------------------------------------------------------
+
+namespace {
+NamedTensors module_parameters(const ::torch::nn::Module& module) {
+  NamedTensors v;
+  for (const auto& item : module.named_parameters()) v.emplace_back(item.key(), item.value());
+  return v;
+}
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(Communicator comm, const ::torch::nn::Module& module,
+                                           std::unique_ptr<::torch::optim::Optimizer> optimizer,
+                                           DistributedOptimizerOptions options)
+    : DistributedOptimizer(std::move(comm), module_parameters(module), std::move(optimizer),
+                           options) {}
+
+DistributedOptimizer::DistributedOptimizer(Communicator comm, NamedTensors named_parameters,
+                                           std::unique_ptr<::torch::optim::Optimizer> optimizer,
+                                           DistributedOptimizerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->comm = std::move(comm);
+  if (!impl_->comm.valid()) throw Error("kolo: DistributedOptimizer needs a communicator from kolo::init()");
+  impl_->opt = std::move(optimizer);
+  impl_->o = options;
+  impl_->init(std::move(named_parameters));
+}
+
+DistributedOptimizer::DistributedOptimizer(DistributedOptimizer&&) noexcept = default;
+DistributedOptimizer& DistributedOptimizer::operator=(DistributedOptimizer&&) noexcept = default;
+DistributedOptimizer::~DistributedOptimizer() = default;
+
+void DistributedOptimizer::synchronize() { impl_->synchronize(); }
+
+void DistributedOptimizer::step() {
+  impl_->synchronize();
+  impl_->synchronized = false;
+  impl_->opt->step();
+}
+
+void DistributedOptimizer::zero_grad() { impl_->opt->zero_grad(); }
+
+::torch::optim::Optimizer& DistributedOptimizer::optimizer() { return *impl_->opt; }
+const ::torch::optim::Optimizer& DistributedOptimizer::optimizer() const { return *impl_->opt; }
+const DistributedOptimizerOptions& DistributedOptimizer::options() const { return impl_->o; }
+Communicator& DistributedOptimizer::communicator() { return impl_->comm; }
+
+std::vector<std::vector<std::string>> DistributedOptimizer::bucket_layout() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : impl_->buckets) {
+    out.emplace_back();
+    for (auto pi : b.params) out.back().push_back(impl_->params[pi].name);
+  }
+  return out;
+}
+
+}  // namespace kolo::torch
