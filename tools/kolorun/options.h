@@ -1,0 +1,29 @@
+// kolorun's command line: the launcher's own flags, then the command that
+// every rank runs, passed through untouched.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kolorun {
+
+struct Options {
+  int np = 0;
+  std::optional<std::string> output_dir;  // per-rank files instead of relayed output
+  bool tag_output = true;                 // "[r] " before every relayed line
+  double timeout_s = 0;                   // 0: no limit on the job's duration
+  double grace_s = 3;                     // SIGTERM -> SIGKILL delay when stopping ranks
+  std::vector<std::string> command;       // argv of every rank, command[0] not yet resolved
+};
+
+// Either options to run with, or the exit status kolorun ends with right away
+// (0 after --help/--version, 2 after a usage error, the message already printed).
+struct ParseResult {
+  std::optional<Options> options;
+  int exit_code = 0;
+};
+
+ParseResult parse_options(int argc, char** argv);
+
+}  // namespace kolorun

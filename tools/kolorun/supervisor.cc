@@ -1,0 +1,310 @@
+#include "supervisor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "relay.h"
+#include "signals.h"
+
+namespace kolorun {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After the last rank has exited, how long output still in flight (from what
+// the ranks left behind in their process groups) is waited for.
+constexpr auto kDrainTime = std::chrono::seconds(1);
+
+struct Rank {
+  RankProcess proc;
+  bool exited = false;
+  int how = 0;     // CLD_EXITED, CLD_KILLED or CLD_DUMPED
+  int status = 0;  // exit code or signal number
+  int fds[2] = {-1, -1};  // stdout, stderr pipes
+  std::unique_ptr<LineRelay> relays[2];
+};
+
+std::string plural_ranks(std::size_t n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); }
+
+void say(const std::string& text) {
+  std::string line = "kolorun: " + text + "\n";
+  ssize_t ignored = ::write(2, line.data(), line.size());
+  (void)ignored;
+}
+
+class Supervisor {
+ public:
+  Supervisor(std::vector<RankProcess> procs, int signal_fd, const SupervisorOptions& opts)
+      : signal_fd_(signal_fd), opts_(opts) {
+    for (auto& p : procs) {
+      Rank r;
+      r.proc = p;
+      r.fds[0] = p.stdout_pipe;
+      r.fds[1] = p.stderr_pipe;
+      const std::string prefix = opts.tag_output ? fmt::format("[{}] ", p.rank) : "";
+      for (int s = 0; s < 2; ++s) {
+        if (r.fds[s] >= 0) r.relays[s] = std::make_unique<LineRelay>(prefix, s == 0 ? 1 : 2);
+      }
+      ranks_.push_back(std::move(r));
+    }
+  }
+
+  ~Supervisor() {
+    if (signal_fd_ >= 0) ::close(signal_fd_);
+  }
+
+  // Stops the job before it ran (see abort_started).
+  void abort(int exit_code) {
+    exit_code_ = exit_code;
+    begin_stop(SIGTERM);
+  }
+
+  int run();
+
+ private:
+  void handle_signals();
+  void check_exits();
+  void on_rank_exit(Rank& r);
+  void on_signal(int sig);
+  void begin_stop(int sig);
+  void escalate(const std::string& why);
+  void read_pipe(Rank& r, int s);
+  void close_pipe(Rank& r, int s);
+  void signal_groups(int sig);
+  std::size_t running() const;
+  bool any_pipe_open() const;
+  int poll_timeout_ms() const;
+
+  std::vector<Rank> ranks_;
+  int signal_fd_;
+  SupervisorOptions opts_;
+
+  std::optional<int> exit_code_;  // set by the first event that stops the job
+  bool stopping_ = false;
+  bool killed_ = false;  // SIGKILL already sent
+  std::optional<Clock::time_point> job_deadline_, kill_deadline_, drain_deadline_;
+};
+
+std::size_t Supervisor::running() const {
+  std::size_t n = 0;
+  for (const auto& r : ranks_) n += r.exited ? 0 : 1;
+  return n;
+}
+
+bool Supervisor::any_pipe_open() const {
+  for (const auto& r : ranks_)
+    if (r.fds[0] >= 0 || r.fds[1] >= 0) return true;
+  return false;
+}
+
+// Signals every rank's process group, also of ranks that have exited: what a
+// rank started (a data loader, a shell pipeline) lives on in its group. This
+// is safe from hitting a stranger because an exited rank stays an unreaped
+// zombie until kolorun ends, so its pid, the group's id, cannot be reused.
+void Supervisor::signal_groups(int sig) {
+  for (const auto& r : ranks_) ::kill(-r.proc.pid, sig);
+}
+
+void Supervisor::begin_stop(int sig) {
+  stopping_ = true;
+  signal_groups(sig);
+  kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(opts_.grace_s));
+}
+
+// SIGKILL to every group; `why` completes "rank 3 still running ...".
+void Supervisor::escalate(const std::string& why) {
+  if (killed_) return;
+  killed_ = true;
+  std::string who;
+  for (const auto& r : ranks_) {
+    if (!r.exited) who += fmt::format("{}{}", who.empty() ? "" : ", ", r.proc.rank);
+  }
+  if (!who.empty()) {
+    say(fmt::format("rank{} {} still running {}; sending SIGKILL", running() == 1 ? "" : "s", who, why));
+  }
+  signal_groups(SIGKILL);
+}
+
+void Supervisor::on_rank_exit(Rank& r) {
+  const bool failed = r.how != CLD_EXITED || r.status != 0;
+  if (!failed || exit_code_.has_value()) return;
+  std::string what;
+  if (r.how == CLD_EXITED) {
+    what = fmt::format("exited with code {}", r.status);
+    exit_code_ = r.status;
+  } else {
+    what = fmt::format("was killed by signal {} ({}){}", r.status, signal_name(r.status),
+                       r.how == CLD_DUMPED ? " (core dumped)" : "");
+    exit_code_ = 128 + r.status;
+  }
+  const std::size_t others = running();
+  std::string text = fmt::format("rank {} {} (first failure)", r.proc.rank, what);
+  if (others > 0) text += fmt::format("; stopping the other {}", plural_ranks(others));
+  say(text);
+  begin_stop(SIGTERM);
+}
+
+void Supervisor::on_signal(int sig) {
+  if (sig == SIGCHLD) return;
+  if (stopping_) {
+    // A second Ctrl-C: the user does not want to wait out the grace period.
+    escalate(fmt::format("and kolorun got {} again", signal_name(sig)));
+    return;
+  }
+  exit_code_ = 128 + sig;
+  say(fmt::format("interrupted ({}); stopping {}", signal_name(sig), plural_ranks(running())));
+  // The ranks get the signal kolorun got (not only SIGTERM), so a rank can
+  // tell Ctrl-C apart from a teardown.
+  begin_stop(sig);
+}
+
+// SIGCHLD is coalesced and may stand for several ranks, so every rank still
+// running is checked. WNOWAIT leaves the rank a zombie (see signal_groups).
+void Supervisor::check_exits() {
+  for (auto& r : ranks_) {
+    if (r.exited) continue;
+    siginfo_t info{};
+    if (::waitid(P_PID, r.proc.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) continue;
+    if (info.si_pid != r.proc.pid) continue;
+    r.exited = true;
+    r.how = info.si_code;
+    r.status = info.si_status;
+    on_rank_exit(r);
+  }
+}
+
+void Supervisor::handle_signals() {
+  signalfd_siginfo si;
+  while (::read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    on_signal(static_cast<int>(si.ssi_signo));
+  }
+}
+
+void Supervisor::close_pipe(Rank& r, int s) {
+  if (r.fds[s] < 0) return;
+  r.relays[s]->finish();
+  ::close(r.fds[s]);
+  r.fds[s] = -1;
+}
+
+// One read per wakeup, so that a rank writing without pause cannot starve
+// the others, nor the signal handling.
+void Supervisor::read_pipe(Rank& r, int s) {
+  char buf[65536];
+  ssize_t n = ::read(r.fds[s], buf, sizeof buf);
+  if (n > 0) {
+    r.relays[s]->feed(std::string_view(buf, static_cast<std::size_t>(n)));
+  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    close_pipe(r, s);
+  }
+}
+
+int Supervisor::poll_timeout_ms() const {
+  std::optional<Clock::time_point> next;
+  auto consider = [&](const std::optional<Clock::time_point>& t) {
+    if (t && (!next || *t < *next)) next = t;
+  };
+  if (!stopping_) consider(job_deadline_);
+  if (stopping_ && !killed_) consider(kill_deadline_);
+  consider(drain_deadline_);
+  if (!next) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(left) + 1;
+}
+
+int Supervisor::run() {
+  if (opts_.timeout_s > 0) {
+    job_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(opts_.timeout_s));
+  }
+  check_exits();  // a rank may have exited before the loop started
+  std::vector<pollfd> pfds;
+  std::vector<std::pair<Rank*, int>> owners;
+  for (;;) {
+    if (running() == 0 && !drain_deadline_) {
+      // What the ranks left behind gets SIGTERM now (unless the teardown
+      // sent it already) and SIGKILL when kolorun ends, below.
+      if (!stopping_) signal_groups(SIGTERM);
+      drain_deadline_ = Clock::now() + kDrainTime;
+    }
+    if (running() == 0 && (!any_pipe_open() || Clock::now() >= *drain_deadline_)) break;
+
+    pfds.clear();
+    owners.clear();
+    pfds.push_back({signal_fd_, POLLIN, 0});
+    owners.emplace_back(nullptr, 0);
+    for (auto& r : ranks_) {
+      for (int s = 0; s < 2; ++s) {
+        if (r.fds[s] < 0) continue;
+        pfds.push_back({r.fds[s], POLLIN, 0});
+        owners.emplace_back(&r, s);
+      }
+    }
+    int rc = ::poll(pfds.data(), pfds.size(), poll_timeout_ms());
+    if (rc < 0 && errno != EINTR) {
+      say(fmt::format("poll failed: {}", std::strerror(errno)));
+      if (!exit_code_) exit_code_ = 1;
+      escalate("after a poll failure");
+      break;
+    }
+    for (std::size_t i = 1; i < pfds.size(); ++i) {
+      if (pfds[i].revents != 0) read_pipe(*owners[i].first, owners[i].second);
+    }
+    if (pfds[0].revents != 0) handle_signals();
+    check_exits();
+
+    const auto now = Clock::now();
+    if (!stopping_ && job_deadline_ && now >= *job_deadline_) {
+      exit_code_ = 124;
+      say(fmt::format("timeout after {:g} s; stopping {}", opts_.timeout_s, plural_ranks(running())));
+      begin_stop(SIGTERM);
+    }
+    if (stopping_ && !killed_ && kill_deadline_ && now >= *kill_deadline_) {
+      escalate(fmt::format("after the {:g} s grace period", opts_.grace_s));
+    }
+  }
+
+  for (auto& r : ranks_) {
+    for (int s = 0; s < 2; ++s) close_pipe(r, s);
+  }
+  // Nothing of the job outlives kolorun: leftovers in the ranks' groups are
+  // killed before the zombies that reserve the group ids are reaped.
+  signal_groups(SIGKILL);
+  for (auto& r : ranks_) {
+    while (::waitpid(r.proc.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  return exit_code_.value_or(0);
+}
+
+}  // namespace
+
+int supervise(std::vector<RankProcess> ranks, int signal_fd, const SupervisorOptions& opts) {
+  Supervisor s(std::move(ranks), signal_fd, opts);
+  return s.run();
+}
+
+int abort_started(std::vector<RankProcess> ranks, int signal_fd, const SupervisorOptions& opts,
+                  int exit_code) {
+  Supervisor s(std::move(ranks), signal_fd, opts);
+  s.abort(exit_code);
+  return s.run();
+}
+
+}  // namespace kolorun
