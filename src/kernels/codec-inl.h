@@ -127,46 +127,118 @@ HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> DemoteF16(DF df, hn::Vec<DF> v) {
 }
 
 // ---- codecs -----------------------------------------------------------------
-// TS: element type in memory; TC: lane type computed in. Load/Store take
-// unaligned pointers; ops on lanes never depend on alignment.
+// A codec moves blocks of 4 compute vectors (4 * Lanes(d) elements) between
+// an array of the element type and registers. TS: element type in memory;
+// TC: lane type computed in. Pointers may be unaligned.
 
 template <typename T>
 struct NativeCodec {
   using TS = T;
   using TC = T;
-  template <class D>
-  static HWY_INLINE hn::Vec<D> Load(D d, const TS* p) {
-    return hn::LoadU(d, p);
+  template <class D, class V = hn::Vec<D>>
+  static HWY_INLINE void LoadBlock(D d, const TS* p, V& a0, V& a1, V& a2, V& a3) {
+    const size_t N = hn::Lanes(d);
+    a0 = hn::LoadU(d, p);
+    a1 = hn::LoadU(d, p + N);
+    a2 = hn::LoadU(d, p + 2 * N);
+    a3 = hn::LoadU(d, p + 3 * N);
   }
-  template <class D>
-  static HWY_INLINE void Store(D d, hn::Vec<D> v, TS* p) {
-    hn::StoreU(v, d, p);
-  }
-};
-
-struct BF16Codec {
-  using TS = uint16_t;
-  using TC = float;
-  template <class D>
-  static HWY_INLINE hn::Vec<D> Load(D d, const TS* p) {
-    return PromoteBF16(d, hn::LoadU(hn::Rebind<uint16_t, D>(), p));
-  }
-  template <class D>
-  static HWY_INLINE void Store(D d, hn::Vec<D> v, TS* p) {
-    hn::StoreU(DemoteBF16(d, v), hn::Rebind<uint16_t, D>(), p);
+  template <class D, class V = hn::Vec<D>>
+  static HWY_INLINE void StoreBlock(D d, V a0, V a1, V a2, V a3, TS* p) {
+    const size_t N = hn::Lanes(d);
+    hn::StoreU(a0, d, p);
+    hn::StoreU(a1, d, p + N);
+    hn::StoreU(a2, d, p + 2 * N);
+    hn::StoreU(a3, d, p + 3 * N);
   }
 };
 
-struct F16Codec {
+// 16-bit floats in memory order: each f32 vector is promoted from, and
+// demoted to, Lanes(d) consecutive elements.
+template <class Promote, class Demote>
+struct Contiguous16Codec {
   using TS = uint16_t;
   using TC = float;
-  template <class D>
-  static HWY_INLINE hn::Vec<D> Load(D d, const TS* p) {
-    return PromoteF16(d, hn::LoadU(hn::Rebind<uint16_t, D>(), p));
+  template <class D, class V = hn::Vec<D>>
+  static HWY_INLINE void LoadBlock(D d, const TS* p, V& a0, V& a1, V& a2, V& a3) {
+    const hn::Rebind<uint16_t, D> d16;
+    const size_t N = hn::Lanes(d);
+    a0 = Promote()(d, hn::LoadU(d16, p));
+    a1 = Promote()(d, hn::LoadU(d16, p + N));
+    a2 = Promote()(d, hn::LoadU(d16, p + 2 * N));
+    a3 = Promote()(d, hn::LoadU(d16, p + 3 * N));
   }
+  template <class D, class V = hn::Vec<D>>
+  static HWY_INLINE void StoreBlock(D d, V a0, V a1, V a2, V a3, TS* p) {
+    const hn::Rebind<uint16_t, D> d16;
+    const size_t N = hn::Lanes(d);
+    hn::StoreU(Demote()(d, a0), d16, p);
+    hn::StoreU(Demote()(d, a1), d16, p + N);
+    hn::StoreU(Demote()(d, a2), d16, p + 2 * N);
+    hn::StoreU(Demote()(d, a3), d16, p + 3 * N);
+  }
+};
+
+struct PromoteF16Fn {
+  template <class D, class V16>
+  HWY_INLINE hn::Vec<D> operator()(D d, V16 h) const { return PromoteF16(d, h); }
+};
+struct DemoteF16Fn {
   template <class D>
-  static HWY_INLINE void Store(D d, hn::Vec<D> v, TS* p) {
-    hn::StoreU(DemoteF16(d, v), hn::Rebind<uint16_t, D>(), p);
+  HWY_INLINE auto operator()(D d, hn::Vec<D> v) const { return DemoteF16(d, v); }
+};
+struct PromoteBF16Fn {
+  template <class D, class V16>
+  HWY_INLINE hn::Vec<D> operator()(D d, V16 h) const { return PromoteBF16(d, h); }
+};
+struct DemoteBF16Fn {
+  template <class D>
+  HWY_INLINE auto operator()(D d, hn::Vec<D> v) const { return DemoteBF16(d, v); }
+};
+
+using F16Codec = Contiguous16Codec<PromoteF16Fn, DemoteF16Fn>;
+using BF16Codec = Contiguous16Codec<PromoteBF16Fn, DemoteBF16Fn>;
+
+// bf16 for the reductions, without any shuffling: a full vector of bf16 read
+// as 32-bit lanes holds element 2k in the low half of lane k and 2k+1 in the
+// high half. Shifting left by 16 gives the even elements as f32, masking the
+// low half gives the odd ones; a store rounds both and merges them back into
+// the same places. Every element sees the same arithmetic whatever its lane,
+// so results are those of the contiguous codec. NaNs must be canonical
+// (0x7FC00000, as Finish makes them) because rounding does not special-case
+// NaN here: the canonical NaN rounds to 0x7FC0, other payloads might not.
+struct BF16PairCodec {
+  using TS = uint16_t;
+  using TC = float;
+  template <class D, class V = hn::Vec<D>>
+  static HWY_INLINE void LoadBlock(D d, const TS* p, V& a0, V& a1, V& a2, V& a3) {
+    const hn::RebindToUnsigned<D> du;
+    const auto* p32 = reinterpret_cast<const uint32_t*>(p);
+    const auto w0 = hn::LoadU(du, p32);
+    const auto w1 = hn::LoadU(du, p32 + hn::Lanes(du));
+    const auto hi_mask = hn::Set(du, 0xFFFF0000u);
+    a0 = hn::BitCast(d, hn::ShiftLeft<16>(w0));
+    a1 = hn::BitCast(d, hn::And(w0, hi_mask));
+    a2 = hn::BitCast(d, hn::ShiftLeft<16>(w1));
+    a3 = hn::BitCast(d, hn::And(w1, hi_mask));
+  }
+  template <class D, class V = hn::Vec<D>>
+  static HWY_INLINE void StoreBlock(D d, V a0, V a1, V a2, V a3, TS* p) {
+    const hn::RebindToUnsigned<D> du;
+    auto* p32 = reinterpret_cast<uint32_t*>(p);
+    hn::StoreU(Merge(du, hn::BitCast(du, a0), hn::BitCast(du, a1)), du, p32);
+    hn::StoreU(Merge(du, hn::BitCast(du, a2), hn::BitCast(du, a3)), du, p32 + hn::Lanes(du));
+  }
+
+ private:
+  // Round to nearest-even as in DemoteBF16: the result is the upper half.
+  template <class DU, class VU = hn::Vec<DU>>
+  static HWY_INLINE VU Round(DU du, VU u) {
+    return hn::Add(hn::Add(u, hn::Set(du, 0x7FFFu)), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
+  }
+  template <class DU, class VU = hn::Vec<DU>>
+  static HWY_INLINE VU Merge(DU du, VU even, VU odd) {
+    return hn::Or(hn::ShiftRight<16>(Round(du, even)), hn::And(Round(du, odd), hn::Set(du, 0xFFFF0000u)));
   }
 };
 

@@ -4,11 +4,12 @@
 //
 // Shape of every kernel: one pass over memory. A block of 4 vectors is loaded
 // from srcs[0], the other sources are folded into those registers left to
-// right, the result is finished (divided, NaN canonicalised) and stored. Then
-// single vectors, then the last partial vector goes through a small stack
-// buffer with exactly the same vector code, so there is no scalar tail whose
-// rounding or NaN handling could differ from the body: the bits of element i
-// never depend on i, on count, on alignment or on the target.
+// right, the result is finished (divided, NaN canonicalised) and stored. The
+// last partial block goes through a small stack buffer with exactly the same
+// vector code, so there is no scalar tail whose rounding or NaN handling could
+// differ from the body: the bits of element i never depend on i, on count, on
+// alignment or on the target (tests/kernels runs every target against one
+// scalar reference).
 //
 // Min/Max on floating types (f16/bf16 in f32): left to right,
 //   min(acc, x) = (x < acc || isnan(x)) ? x : acc
@@ -108,8 +109,11 @@ HWY_INLINE hn::Vec<D> Finish(D d, hn::Vec<D> v, hn::Vec<D> divisor) {
   }
 }
 
-// Largest vector of any target, in bytes: the tail buffer holds one vector.
+// Largest vector of any target, in bytes; a tail buffer holds one block.
 constexpr size_t kMaxVectorBytes = HWY_MAX_BYTES;
+
+template <class Codec>
+using BlockBuffer = typename Codec::TS[4 * kMaxVectorBytes / sizeof(typename Codec::TC)];
 
 template <class Codec, Op kOp, bool kDiv>
 HWY_NOINLINE void ReduceLoop(void* dst_v, const void* const* srcs, int nsrc, size_t count,
@@ -117,48 +121,43 @@ HWY_NOINLINE void ReduceLoop(void* dst_v, const void* const* srcs, int nsrc, siz
   using TS = typename Codec::TS;
   using TC = typename Codec::TC;
   const hn::ScalableTag<TC> d;
-  const size_t N = hn::Lanes(d);
+  const size_t block = 4 * hn::Lanes(d);
   TS* const dst = static_cast<TS*>(dst_v);
   const auto vdiv = hn::Set(d, static_cast<TC>(divisor > 0 ? divisor : 1));
   auto src = [srcs](int s, size_t i) { return static_cast<const TS*>(srcs[s]) + i; };
+  hn::Vec<decltype(d)> a0, a1, a2, a3, b0, b1, b2, b3;
+
+  // One block from each source at p(s), folded into a0..a3.
+  auto fold = [&](auto p) HWY_ATTR {
+    Codec::LoadBlock(d, p(0), a0, a1, a2, a3);
+    for (int s = 1; s < nsrc; ++s) {
+      Codec::LoadBlock(d, p(s), b0, b1, b2, b3);
+      a0 = Combine<kOp>(d, a0, b0);
+      a1 = Combine<kOp>(d, a1, b1);
+      a2 = Combine<kOp>(d, a2, b2);
+      a3 = Combine<kOp>(d, a3, b3);
+    }
+  };
+  auto store = [&](TS* p) HWY_ATTR {
+    Codec::StoreBlock(d, Finish<kDiv>(d, a0, vdiv), Finish<kDiv>(d, a1, vdiv),
+                      Finish<kDiv>(d, a2, vdiv), Finish<kDiv>(d, a3, vdiv), p);
+  };
 
   size_t i = 0;
-  // Body: 4 vectors per source per step, all sources folded in registers.
-  for (; i + 4 * N <= count; i += 4 * N) {
-    const TS* p = src(0, i);
-    auto a0 = Codec::Load(d, p);
-    auto a1 = Codec::Load(d, p + N);
-    auto a2 = Codec::Load(d, p + 2 * N);
-    auto a3 = Codec::Load(d, p + 3 * N);
-    for (int s = 1; s < nsrc; ++s) {
-      p = src(s, i);
-      a0 = Combine<kOp>(d, a0, Codec::Load(d, p));
-      a1 = Combine<kOp>(d, a1, Codec::Load(d, p + N));
-      a2 = Combine<kOp>(d, a2, Codec::Load(d, p + 2 * N));
-      a3 = Combine<kOp>(d, a3, Codec::Load(d, p + 3 * N));
-    }
-    Codec::Store(d, Finish<kDiv>(d, a0, vdiv), dst + i);
-    Codec::Store(d, Finish<kDiv>(d, a1, vdiv), dst + i + N);
-    Codec::Store(d, Finish<kDiv>(d, a2, vdiv), dst + i + 2 * N);
-    Codec::Store(d, Finish<kDiv>(d, a3, vdiv), dst + i + 3 * N);
+  for (; i + block <= count; i += block) {
+    fold([&](int s) { return src(s, i); });
+    store(dst + i);
   }
-  // Up to 3 whole vectors.
-  for (; i + N <= count; i += N) {
-    auto a = Codec::Load(d, src(0, i));
-    for (int s = 1; s < nsrc; ++s) a = Combine<kOp>(d, a, Codec::Load(d, src(s, i)));
-    Codec::Store(d, Finish<kDiv>(d, a, vdiv), dst + i);
-  }
-  // Last partial vector: through a buffer (never reads or writes past count).
+  // Last partial block: through a buffer, so nothing past count is read or
+  // written and the arithmetic is exactly that of the body.
   if (i < count) {
     const size_t bytes = (count - i) * sizeof(TS);
-    alignas(64) TS buf[kMaxVectorBytes / sizeof(TC)] = {};
-    std::memcpy(buf, src(0, i), bytes);
-    auto a = Codec::Load(d, buf);
-    for (int s = 1; s < nsrc; ++s) {
+    alignas(64) BlockBuffer<Codec> buf = {};
+    fold([&](int s) {
       std::memcpy(buf, src(s, i), bytes);
-      a = Combine<kOp>(d, a, Codec::Load(d, buf));
-    }
-    Codec::Store(d, Finish<kDiv>(d, a, vdiv), buf);
+      return static_cast<const TS*>(buf);
+    });
+    store(buf);
     std::memcpy(dst + i, buf, bytes);
   }
 }
@@ -200,7 +199,7 @@ void ReduceImpl(DType t, Op op, void* dst, const void* const* srcs, int nsrc, si
     case DType::F32: return ReduceOp<NativeCodec<float>>(op, dst, srcs, nsrc, count, divisor);
     case DType::F64: return ReduceOp<NativeCodec<double>>(op, dst, srcs, nsrc, count, divisor);
     case DType::F16: return ReduceOp<F16Codec>(op, dst, srcs, nsrc, count, divisor);
-    case DType::BF16: return ReduceOp<BF16Codec>(op, dst, srcs, nsrc, count, divisor);
+    case DType::BF16: return ReduceOp<BF16PairCodec>(op, dst, srcs, nsrc, count, divisor);
     case DType::I32: return ReduceSigned<int32_t>(op, dst, srcs, nsrc, count);
     case DType::I64: return ReduceSigned<int64_t>(op, dst, srcs, nsrc, count);
     case DType::U8: return ReduceOp<NativeCodec<uint8_t>>(op, dst, srcs, nsrc, count, 0);
@@ -215,31 +214,26 @@ template <class In, class Out, bool kQuiet>
 HWY_NOINLINE void ConvertLoop(const void* in_v, void* out_v, size_t count) {
   const hn::ScalableTag<float> d;
   const hn::RebindToUnsigned<decltype(d)> du;
-  const size_t N = hn::Lanes(d);
+  const size_t block = 4 * hn::Lanes(d);
   const auto* in = static_cast<const typename In::TS*>(in_v);
   auto* out = static_cast<typename Out::TS*>(out_v);
-  auto quiet = [&](hn::Vec<decltype(d)> v) {
+  auto quiet = [&](hn::Vec<decltype(d)> v) HWY_ATTR {
     if constexpr (!kQuiet) return v;
     const auto q = hn::BitCast(d, hn::Or(hn::BitCast(du, v), hn::Set(du, 0x00400000u)));
     return hn::IfThenElse(hn::IsNaN(v), q, v);
   };
+  hn::Vec<decltype(d)> v0, v1, v2, v3;
+  auto convert = [&](const typename In::TS* p, typename Out::TS* q) HWY_ATTR {
+    In::LoadBlock(d, p, v0, v1, v2, v3);
+    Out::StoreBlock(d, quiet(v0), quiet(v1), quiet(v2), quiet(v3), q);
+  };
   size_t i = 0;
-  for (; i + 4 * N <= count; i += 4 * N) {
-    const auto v0 = In::Load(d, in + i);
-    const auto v1 = In::Load(d, in + i + N);
-    const auto v2 = In::Load(d, in + i + 2 * N);
-    const auto v3 = In::Load(d, in + i + 3 * N);
-    Out::Store(d, quiet(v0), out + i);
-    Out::Store(d, quiet(v1), out + i + N);
-    Out::Store(d, quiet(v2), out + i + 2 * N);
-    Out::Store(d, quiet(v3), out + i + 3 * N);
-  }
-  for (; i + N <= count; i += N) Out::Store(d, quiet(In::Load(d, in + i)), out + i);
+  for (; i + block <= count; i += block) convert(in + i, out + i);
   if (i < count) {
-    alignas(64) typename In::TS ibuf[kMaxVectorBytes / sizeof(float)] = {};
-    alignas(64) typename Out::TS obuf[kMaxVectorBytes / sizeof(float)];
+    alignas(64) BlockBuffer<In> ibuf = {};
+    alignas(64) BlockBuffer<Out> obuf;
     std::memcpy(ibuf, in + i, (count - i) * sizeof(*in));
-    Out::Store(d, quiet(In::Load(d, ibuf)), obuf);
+    convert(ibuf, obuf);
     std::memcpy(out + i, obuf, (count - i) * sizeof(*out));
   }
 }

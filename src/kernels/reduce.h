@@ -18,14 +18,25 @@ namespace kolo::kernels {
 // nearest-even once. Integer sums and products wrap (two's complement).
 // If divisor > 0 the result is divided by it before it is stored (in f32 for
 // f16/bf16, in the type itself for f32/f64; floating types only).
-// dst may alias any src exactly; nsrc >= 1.
+// dst may alias any src exactly (partial overlap is not allowed); nsrc >= 1;
+// pointers need no alignment. One pass over memory: every source is read once
+// and dst written once.
+//
+// Floating Min/Max, left to right: min(acc, x) = (x < acc || isnan(x)) ? x : acc
+// (max alike), so any NaN input gives NaN and ties such as +0/-0 keep the
+// earlier source. Every floating NaN result is stored as the canonical quiet
+// NaN (f32 0x7FC00000, f64 0x7FF8000000000000, f16 0x7E00, bf16 0x7FC0), so
+// NaN payloads never depend on the ISA. Errors (kolo::Error): nsrc < 1,
+// Op::Average, divisor < 0, divisor > 0 with an integer type.
 void reduce(DType t, Op op, void* dst, const void* const* srcs, int nsrc, std::size_t count,
             int divisor = 0);
 
 // In place: data[i] /= divisor (floating types only).
 void divide(DType t, void* data, std::size_t count, int divisor);
 
-// Vectorized element conversion between f32 and f16/bf16 (round to nearest even).
+// Vectorized element conversion between f32 and f16/bf16: round to nearest
+// even, overflow to Inf, subnormals exact; a NaN stays NaN, made quiet, with
+// the top bits of its payload (as x86 F16C does).
 void f32_to_f16(const float* in, Half* out, std::size_t count);
 void f16_to_f32(const Half* in, float* out, std::size_t count);
 void f32_to_bf16(const float* in, BFloat16* out, std::size_t count);
