@@ -1,0 +1,48 @@
+// The interface every transport's set of collective algorithms implements.
+// Arguments have been validated by the Communicator; counts are in elements.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kolo/kolo.h"
+
+namespace kolo::rdv { class StoreClient; }
+
+namespace kolo::collectives {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) = 0;
+  virtual void broadcast(void* data, std::size_t count, DType t, int root) = 0;
+  virtual void allgatherv(const void* in, void* out, std::span<const std::size_t> counts,
+                          DType t) = 0;
+  virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) = 0;
+  virtual void alltoall(const void* in, void* out, std::size_t count, DType t) = 0;
+  virtual void barrier() = 0;
+};
+
+// One rank: every collective is a copy.
+std::unique_ptr<Backend> make_self_backend();
+// All ranks on this host, through one shared-memory segment.
+std::unique_ptr<Backend> make_shm_backend(rdv::StoreClient& store, const std::string& prefix,
+                                          const std::string& job_id, int rank, int size);
+// TCP connections between every pair of ranks.
+std::unique_ptr<Backend> make_tcp_backend(rdv::StoreClient& store, const std::string& prefix,
+                                          int rank, int size);
+
+// Reduction kernels take Sum plus a divisor for Average.
+inline Op kernel_op(Op op) { return op == Op::Average ? Op::Sum : op; }
+inline int kernel_divisor(Op op, int size) { return op == Op::Average ? size : 0; }
+
+// Splits count elements into `parts` contiguous pieces as equal as possible;
+// returns the first element of piece i (piece_begin(count, parts, parts) == count).
+inline std::size_t piece_begin(std::size_t count, int parts, int i) {
+  return count / parts * i + std::min<std::size_t>(i, count % parts);
+}
+
+}  // namespace kolo::collectives

@@ -1,0 +1,51 @@
+// The shared-memory backend: all ranks of the communicator on one host.
+#include "collectives/backend.h"
+#include "collectives/select.h"
+#include "collectives/shm_algorithms.h"
+
+namespace kolo::collectives {
+
+namespace {
+
+class ShmBackend final : public Backend {
+ public:
+  ShmBackend(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id,
+             int rank, int size)
+      : g_(store, prefix, job_id, rank, size) {}
+
+  const char* name() const override { return "shm"; }
+
+  void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
+    const std::size_t bytes = count * dtype_size(t);
+    if (select_allreduce(true, bytes, g_.chunk_bytes()) == AllreduceAlgo::OneShot)
+      shm_allreduce_oneshot(g_, in, out, count, t, op);
+    else
+      shm_allreduce_chunked(g_, in, out, count, t, op);
+  }
+  void broadcast(void* data, std::size_t count, DType t, int root) override {
+    shm_broadcast(g_, data, count, t, root);
+  }
+  void allgatherv(const void* in, void* out, std::span<const std::size_t> counts,
+                  DType t) override {
+    shm_allgatherv(g_, in, out, counts, t);
+  }
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) override {
+    shm_reduce_scatter(g_, in, out, count, t, op);
+  }
+  void alltoall(const void* in, void* out, std::size_t count, DType t) override {
+    shm_alltoall(g_, in, out, count, t);
+  }
+  void barrier() override { g_.sync("barrier"); }
+
+ private:
+  transport::ShmGroup g_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_shm_backend(rdv::StoreClient& store, const std::string& prefix,
+                                          const std::string& job_id, int rank, int size) {
+  return std::make_unique<ShmBackend>(store, prefix, job_id, rank, size);
+}
+
+}  // namespace kolo::collectives

@@ -1,0 +1,51 @@
+// Collectives over the TCP mesh (transport/tcp_mesh.h), one file each.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "kolo/kolo.h"
+#include "transport/tcp_mesh.h"
+
+namespace kolo::collectives {
+
+using transport::TcpMesh;
+
+// Reusable buffers, grown on demand and kept, so the data path does not
+// allocate once a job has seen its largest message.
+struct Scratch {
+  std::vector<char> a, b;
+  char* get(std::vector<char>& v, std::size_t bytes) {
+    if (v.size() < bytes) v.resize(bytes);
+    return v.data();
+  }
+};
+
+// Where block i of a ring lives: elements [offsets[i], offsets[i] + counts[i]).
+struct Blocks {
+  std::span<const std::size_t> offsets;
+  std::span<const std::size_t> counts;
+};
+
+// Ring reduce-scatter in place over `work`: afterwards rank r holds block r
+// reduced over all ranks (divided by `divisor` if > 0). `recv` holds the
+// largest block.
+void ring_reduce_scatter(TcpMesh& m, char* work, char* recv, Blocks b, DType t, Op op,
+                         int divisor);
+// Ring allgather in place over `work`: rank r starts with block r, ends with all.
+void ring_allgather(TcpMesh& m, char* work, Blocks b, DType t);
+
+void tcp_allreduce_ring(TcpMesh& m, Scratch& s, const void* in, void* out, std::size_t count,
+                        DType t, Op op);
+void tcp_allreduce_oneshot(TcpMesh& m, Scratch& s, const void* in, void* out, std::size_t count,
+                           DType t, Op op);
+void tcp_broadcast(TcpMesh& m, void* data, std::size_t count, DType t, int root);
+void tcp_allgatherv(TcpMesh& m, const void* in, void* out, std::span<const std::size_t> counts,
+                    DType t);
+void tcp_reduce_scatter(TcpMesh& m, Scratch& s, const void* in, void* out, std::size_t count,
+                        DType t, Op op);
+void tcp_alltoall(TcpMesh& m, const void* in, void* out, std::size_t count, DType t);
+void tcp_barrier(TcpMesh& m);
+
+}  // namespace kolo::collectives

@@ -1,0 +1,54 @@
+// The TCP backend: ranks on several hosts, or KOLO_TRANSPORT=tcp.
+#include <limits>
+
+#include "collectives/backend.h"
+#include "collectives/select.h"
+#include "collectives/tcp_algorithms.h"
+
+namespace kolo::collectives {
+
+namespace {
+
+class TcpBackend final : public Backend {
+ public:
+  TcpBackend(rdv::StoreClient& store, const std::string& prefix, int rank, int size)
+      : mesh_(store, prefix, rank, size) {}
+
+  const char* name() const override { return "tcp"; }
+
+  void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
+    const std::size_t bytes = count * dtype_size(t);
+    if (select_allreduce(false, bytes, std::numeric_limits<std::size_t>::max()) ==
+        AllreduceAlgo::OneShot)
+      tcp_allreduce_oneshot(mesh_, scratch_, in, out, count, t, op);
+    else
+      tcp_allreduce_ring(mesh_, scratch_, in, out, count, t, op);
+  }
+  void broadcast(void* data, std::size_t count, DType t, int root) override {
+    tcp_broadcast(mesh_, data, count, t, root);
+  }
+  void allgatherv(const void* in, void* out, std::span<const std::size_t> counts,
+                  DType t) override {
+    tcp_allgatherv(mesh_, in, out, counts, t);
+  }
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) override {
+    tcp_reduce_scatter(mesh_, scratch_, in, out, count, t, op);
+  }
+  void alltoall(const void* in, void* out, std::size_t count, DType t) override {
+    tcp_alltoall(mesh_, in, out, count, t);
+  }
+  void barrier() override { tcp_barrier(mesh_); }
+
+ private:
+  transport::TcpMesh mesh_;
+  Scratch scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_tcp_backend(rdv::StoreClient& store, const std::string& prefix,
+                                          int rank, int size) {
+  return std::make_unique<TcpBackend>(store, prefix, rank, size);
+}
+
+}  // namespace kolo::collectives

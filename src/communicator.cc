@@ -1,0 +1,200 @@
+// The public Communicator: checks every argument (so that a bad call is an
+// error naming the problem, never a hang or a wrong answer on some rank) and
+// hands the collective to the engine.
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/context.h"
+
+namespace kolo {
+
+namespace {
+
+detail::Context& ctx_of(const std::shared_ptr<detail::Context>& c) {
+  if (!c) fail("this Communicator is not initialised; create it with kolo::init()");
+  return *c;
+}
+
+void check_dtype_op(const char* what, DType t, Op op, bool reduces) {
+  if (static_cast<unsigned>(t) > static_cast<unsigned>(DType::U8))
+    fail("{}: invalid dtype value {}", what, static_cast<int>(t));
+  if (!reduces) return;
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(Op::Product))
+    fail("{}: invalid op value {}", what, static_cast<int>(op));
+  if (!op_supported(t, op))
+    fail("{}: op {} is not defined for {} (use a floating type, or sum and divide yourself)", what,
+         op_name(op), dtype_name(t));
+}
+
+// count elements of t times `blocks`, checked for overflow (a negative count
+// converted to size_t lands here too).
+std::size_t checked_bytes(const char* what, std::size_t count, DType t, std::size_t blocks) {
+  const std::size_t limit = std::numeric_limits<std::int64_t>::max() / dtype_size(t) / blocks;
+  if (count > limit)
+    fail("{}: count {} is too large (negative, or overflows the byte size)", what, count);
+  return count * dtype_size(t) * blocks;
+}
+
+void check_buffer(const char* what, const char* name, const void* p, std::size_t bytes) {
+  if (p == nullptr && bytes > 0) fail("{}: {} buffer is null but {} bytes were asked for", what, name, bytes);
+}
+
+void check_root(const char* what, int root, int size) {
+  if (root < 0 || root >= size)
+    fail("{}: root {} is not a rank of this communicator (size {})", what, root, size);
+}
+
+bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+
+}  // namespace
+
+int Communicator::rank() const { return ctx_of(ctx_).rank; }
+int Communicator::size() const { return ctx_of(ctx_).size; }
+int Communicator::local_rank() const { return ctx_of(ctx_).local_rank; }
+int Communicator::local_size() const { return ctx_of(ctx_).local_size; }
+std::string Communicator::transport() const { return ctx_of(ctx_).backend->name(); }
+
+// ---- allreduce ----------------------------------------------------------------
+static auto allreduce_op(detail::Context& c, const void* in, void* out, std::size_t count, DType t,
+                         Op op) {
+  const char* what = "allreduce";
+  check_dtype_op(what, t, op, true);
+  const std::size_t bytes = checked_bytes(what, count, t, 1);
+  check_buffer(what, "input", in, bytes);
+  check_buffer(what, "output", out, bytes);
+  if (in != out && overlap(in, bytes, out, bytes))
+    fail("{}: input and output overlap without being the same buffer", what);
+  return [&c, in, out, count, t, op] { c.backend->allreduce(in, out, count, t, op); };
+}
+
+void Communicator::allreduce(const void* in, void* out, std::size_t count, DType t, Op op) {
+  auto& c = ctx_of(ctx_);
+  c.engine.run(allreduce_op(c, in, out, count, t, op));
+}
+Work Communicator::allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op) {
+  auto& c = ctx_of(ctx_);
+  return c.make_work(c.engine.submit(allreduce_op(c, in, out, count, t, op)));
+}
+
+// ---- broadcast ----------------------------------------------------------------
+static auto broadcast_op(detail::Context& c, void* data, std::size_t count, DType t, int root) {
+  const char* what = "broadcast";
+  check_dtype_op(what, t, Op::Sum, false);
+  check_root(what, root, c.size);
+  check_buffer(what, "data", data, checked_bytes(what, count, t, 1));
+  return [&c, data, count, t, root] { c.backend->broadcast(data, count, t, root); };
+}
+
+void Communicator::broadcast(void* data, std::size_t count, DType t, int root) {
+  auto& c = ctx_of(ctx_);
+  c.engine.run(broadcast_op(c, data, count, t, root));
+}
+Work Communicator::broadcast_async(void* data, std::size_t count, DType t, int root) {
+  auto& c = ctx_of(ctx_);
+  return c.make_work(c.engine.submit(broadcast_op(c, data, count, t, root)));
+}
+
+// ---- allgather(v) -------------------------------------------------------------
+static auto allgatherv_op(detail::Context& c, const char* what, const void* in, void* out,
+                          std::vector<std::size_t> counts, DType t) {
+  check_dtype_op(what, t, Op::Sum, false);
+  if (counts.size() != static_cast<std::size_t>(c.size))
+    fail("{}: counts has {} entries but the communicator has {} ranks", what, counts.size(), c.size);
+  std::size_t total = 0;
+  for (std::size_t n : counts) total += checked_bytes(what, n, t, c.size);
+  total /= c.size;
+  const std::size_t mine = counts[c.rank] * dtype_size(t);
+  check_buffer(what, "input", in, mine);
+  check_buffer(what, "output", out, total);
+  std::size_t my_offset = 0;
+  for (int q = 0; q < c.rank; ++q) my_offset += counts[q] * dtype_size(t);
+  const char* mine_in_out = static_cast<const char*>(out) + my_offset;
+  if (in != mine_in_out && overlap(in, mine, out, total))
+    fail("{}: input overlaps the output other than at this rank's block (in place means in == out + offset of rank {})",
+         what, c.rank);
+  return [&c, in, out, counts = std::move(counts), t] {
+    c.backend->allgatherv(in, out, counts, t);
+  };
+}
+
+void Communicator::allgather(const void* in, void* out, std::size_t count, DType t) {
+  auto& c = ctx_of(ctx_);
+  c.engine.run(allgatherv_op(c, "allgather", in, out, std::vector<std::size_t>(c.size, count), t));
+}
+Work Communicator::allgather_async(const void* in, void* out, std::size_t count, DType t) {
+  auto& c = ctx_of(ctx_);
+  return c.make_work(c.engine.submit(
+      allgatherv_op(c, "allgather", in, out, std::vector<std::size_t>(c.size, count), t)));
+}
+void Communicator::allgatherv(const void* in, void* out, const std::vector<std::size_t>& counts,
+                              DType t) {
+  auto& c = ctx_of(ctx_);
+  c.engine.run(allgatherv_op(c, "allgatherv", in, out, counts, t));
+}
+Work Communicator::allgatherv_async(const void* in, void* out,
+                                    const std::vector<std::size_t>& counts, DType t) {
+  auto& c = ctx_of(ctx_);
+  return c.make_work(c.engine.submit(allgatherv_op(c, "allgatherv", in, out, counts, t)));
+}
+
+// ---- reduce-scatter -----------------------------------------------------------
+static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std::size_t count,
+                              DType t, Op op) {
+  const char* what = "reduce_scatter";
+  check_dtype_op(what, t, op, true);
+  const std::size_t total = checked_bytes(what, count, t, c.size), block = total / c.size;
+  check_buffer(what, "input", in, total);
+  check_buffer(what, "output", out, block);
+  const char* my_block = static_cast<const char*>(in) + block * c.rank;
+  if (out != my_block && overlap(in, total, out, block))
+    fail("{}: output overlaps the input other than at this rank's block (in place means out == in + offset of rank {})",
+         what, c.rank);
+  return [&c, in, out, count, t, op] { c.backend->reduce_scatter(in, out, count, t, op); };
+}
+
+void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) {
+  auto& c = ctx_of(ctx_);
+  c.engine.run(reduce_scatter_op(c, in, out, count, t, op));
+}
+Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count, DType t,
+                                        Op op) {
+  auto& c = ctx_of(ctx_);
+  return c.make_work(c.engine.submit(reduce_scatter_op(c, in, out, count, t, op)));
+}
+
+// ---- alltoall -----------------------------------------------------------------
+static auto alltoall_op(detail::Context& c, const void* in, void* out, std::size_t count, DType t) {
+  const char* what = "alltoall";
+  check_dtype_op(what, t, Op::Sum, false);
+  const std::size_t total = checked_bytes(what, count, t, c.size);
+  check_buffer(what, "input", in, total);
+  check_buffer(what, "output", out, total);
+  if (overlap(in, total, out, total)) fail("{}: input and output must not overlap", what);
+  return [&c, in, out, count, t] { c.backend->alltoall(in, out, count, t); };
+}
+
+void Communicator::alltoall(const void* in, void* out, std::size_t count, DType t) {
+  auto& c = ctx_of(ctx_);
+  c.engine.run(alltoall_op(c, in, out, count, t));
+}
+Work Communicator::alltoall_async(const void* in, void* out, std::size_t count, DType t) {
+  auto& c = ctx_of(ctx_);
+  return c.make_work(c.engine.submit(alltoall_op(c, in, out, count, t)));
+}
+
+// ---- barrier ------------------------------------------------------------------
+void Communicator::barrier() {
+  auto& c = ctx_of(ctx_);
+  c.engine.run([&c] { c.backend->barrier(); });
+}
+Work Communicator::barrier_async() {
+  auto& c = ctx_of(ctx_);
+  return c.make_work(c.engine.submit([&c] { c.backend->barrier(); }));
+}
+
+}  // namespace kolo

@@ -1,0 +1,143 @@
+#include "transport/shm_group.h"
+
+#include <fcntl.h>
+#include <immintrin.h>
+#include <signal.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "core/config.h"
+#include "core/error.h"
+
+namespace kolo::transport {
+
+namespace {
+
+constexpr std::size_t kPage = 4096;
+
+std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+// The futex word is the low 32 bits of the 64-bit epoch (x86-64 is little-endian).
+std::uint32_t* futex_word(std::atomic<std::uint64_t>& epoch) {
+  return reinterpret_cast<std::uint32_t*>(&epoch);
+}
+
+std::string random_suffix() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
+}
+
+}  // namespace
+
+ShmGroup::ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id,
+                   int rank, int size)
+    : rank_(rank), size_(size), timeout_ms_(config::timeout_ms()),
+      spins_(size <= static_cast<int>(std::thread::hardware_concurrency()) ? 20000 : 50),
+      sources_(size) {
+  chunk_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(config::shm_chunk_bytes(), 4096)), kPage);
+  const std::size_t flags_bytes = round_up(sizeof(Flag) * size, kPage);
+  bytes_ = flags_bytes + static_cast<std::size_t>(size) * kSlots * chunk_;
+  const auto rdv_timeout = std::chrono::milliseconds(config::rendezvous_timeout_ms());
+
+  // The name carries the job id so that kolorun can sweep a crashed job's
+  // segment; the random part keeps concurrent jobs and communicators apart.
+  std::string name;
+  int fd = -1;
+  if (rank == 0) {
+    name = fmt::format("/kolo-{}-{}-{}", job_id.empty() ? "job" : job_id, getpid(), random_suffix());
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) fail("shm_open({}): {}", name, errno_text(errno));
+    if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+      int err = errno;
+      shm_unlink(name.c_str());
+      fail("cannot size shared memory segment {} to {} bytes: {}", name, bytes_, errno_text(err));
+    }
+    store.set(prefix + "/shm/name", name);
+  } else {
+    name = store.get(prefix + "/shm/name", rdv_timeout);
+    fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) fail("cannot open rank 0's shared memory segment {}: {}", name, errno_text(errno));
+  }
+  base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int map_err = errno;
+  close(fd);
+  if (base_ == MAP_FAILED) {
+    if (rank == 0) shm_unlink(name.c_str());
+    fail("mmap of {} bytes of shared memory: {}", bytes_, errno_text(map_err));
+  }
+  flags_ = static_cast<Flag*>(base_);
+  slots_ = static_cast<char*>(base_) + flags_bytes;
+  flags_[rank].pid.store(getpid(), std::memory_order_relaxed);
+
+  // Once every rank has mapped the segment, its name is no longer needed.
+  store.set(fmt::format("{}/shm/mapped/{}", prefix, rank), "1");
+  if (rank == 0) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/shm/mapped/{}", prefix, r));
+    try {
+      store.wait(keys, rdv_timeout);
+    } catch (...) {
+      shm_unlink(name.c_str());
+      throw;
+    }
+    shm_unlink(name.c_str());
+  }
+}
+
+ShmGroup::~ShmGroup() {
+  if (base_ != nullptr && base_ != MAP_FAILED) munmap(base_, bytes_);
+}
+
+void ShmGroup::publish(std::uint64_t e) {
+  Flag& f = flags_[rank_];
+  f.epoch.store(e, std::memory_order_seq_cst);
+  // seq_cst store then load: a sleeper that registered before our store is seen.
+  if (f.sleepers.load(std::memory_order_seq_cst) > 0)
+    syscall(SYS_futex, futex_word(f.epoch), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void ShmGroup::wait_all(std::uint64_t e, const char* what) {
+  for (int q = 0; q < size_; ++q)
+    if (flags_[q].epoch.load(std::memory_order_acquire) < e) wait_for(q, e, what);
+}
+
+// Spin briefly (the peer is usually well under a microsecond behind), then
+// sleep on the peer's futex word, waking every 5 ms to check the deadline and
+// that the peer is still alive.
+void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
+  Flag& f = flags_[peer];
+  for (int i = 0; i < spins_; ++i) {
+    if (f.epoch.load(std::memory_order_acquire) >= e) return;
+    _mm_pause();
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const timespec tick{0, 5 * 1000 * 1000};
+  for (;;) {
+    std::uint64_t seen = f.epoch.load(std::memory_order_acquire);
+    if (seen >= e) return;
+    f.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    seen = f.epoch.load(std::memory_order_seq_cst);
+    if (seen < e)
+      syscall(SYS_futex, futex_word(f.epoch), FUTEX_WAIT, static_cast<std::uint32_t>(seen), &tick,
+              nullptr, 0);
+    f.sleepers.fetch_sub(1, std::memory_order_relaxed);
+    if (f.epoch.load(std::memory_order_acquire) >= e) return;
+
+    pid_t pid = f.pid.load(std::memory_order_relaxed);
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+      fail_io("{}: rank {} (pid {}) died", what, peer, pid);
+    auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    if (waited > timeout_ms_)
+      fail_io("{}: timed out after {} ms waiting for rank {}", what, waited, peer);
+  }
+}
+
+}  // namespace kolo::transport

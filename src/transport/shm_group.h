@@ -1,0 +1,87 @@
+// Shared memory between the ranks of one host: one segment per communicator,
+// holding a flag line and three chunk-sized slots per rank.
+//
+// Synchronisation is by epochs. Every step of a shared-memory collective is:
+// write into my slot of the new epoch, publish the epoch, wait until every rank
+// has published it, then read other ranks' slots. A slot is reused three epochs
+// later, so data written at epoch e may be read during epochs e and e+1: the
+// owner rewrites it only after every rank has published e+2, i.e. after every
+// rank has finished reading during e+1. That rule lets the algorithms overlap
+// one chunk's reduction with the previous chunk's copy-out at one
+// synchronisation per chunk.
+//
+// The segment is unlinked as soon as every rank has mapped it, so nothing is
+// left in /dev/shm whatever happens to the processes afterwards.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rendezvous/store.h"
+
+namespace kolo::transport {
+
+class ShmGroup {
+ public:
+  static constexpr int kSlots = 3;
+
+  ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id, int rank,
+           int size);
+  ~ShmGroup();
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Bytes in one slot.
+  std::size_t chunk_bytes() const { return chunk_; }
+
+  // The next epoch number; each synchronisation step takes one.
+  std::uint64_t next_epoch() { return ++epoch_; }
+  char* slot(int rank, std::uint64_t epoch) const {
+    return slots_ + (static_cast<std::size_t>(rank) * kSlots + epoch % kSlots) * chunk_;
+  }
+  // Marks this rank as having written its slot for epoch e.
+  void publish(std::uint64_t e);
+  // Waits until every rank has published e; fails naming the rank that died
+  // or did not arrive in time.
+  void wait_all(std::uint64_t e, const char* what);
+  // publish + wait_all of a fresh epoch.
+  // Scratch for the list of source pointers a reduction takes (size() entries).
+  const void** sources() { return sources_.data(); }
+
+  std::uint64_t sync(const char* what) {
+    std::uint64_t e = next_epoch();
+    publish(e);
+    wait_all(e, what);
+    return e;
+  }
+
+ private:
+  // One per rank, on its own pair of cache lines. The low half of `epoch` is
+  // also the futex word sleepers wait on; `sleepers` tells the publisher
+  // whether a wake-up call is needed at all.
+  struct alignas(128) Flag {
+    std::atomic<std::uint64_t> epoch;
+    std::atomic<std::int32_t> sleepers;
+    std::atomic<std::int32_t> pid;
+  };
+  void wait_for(int peer, std::uint64_t e, const char* what);
+
+  int rank_;
+  int size_;
+  std::size_t chunk_;
+  std::size_t bytes_ = 0;
+  void* base_ = nullptr;
+  Flag* flags_ = nullptr;
+  char* slots_ = nullptr;
+  std::uint64_t epoch_ = 0;
+  std::int64_t timeout_ms_;
+  int spins_;  // busy-wait iterations before sleeping: few when ranks outnumber cores
+  std::vector<const void*> sources_;
+};
+
+}  // namespace kolo::transport

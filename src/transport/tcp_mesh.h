@@ -1,0 +1,92 @@
+// Full mesh of TCP connections between the ranks of a communicator, and the
+// progress loop that moves bytes over several of them at once.
+//
+// Data connections carry raw bytes with no per-message framing: all ranks
+// issue the same collectives in the same order, so each side knows how many
+// bytes to expect (as in Gloo and NCCL).
+#pragma once
+
+#include <poll.h>
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rendezvous/store.h"
+#include "transport/socket.h"
+
+namespace kolo::transport {
+
+struct SendOp {
+  int peer;
+  const char* data;
+  std::size_t len;
+  std::size_t avail;  // bytes of data ready to go (<= len); the rest is released later
+  std::size_t done = 0;
+};
+
+struct RecvOp {
+  int peer;
+  char* data;
+  std::size_t len;
+  std::size_t done = 0;
+};
+
+class TcpMesh {
+ public:
+  // Listens, publishes this rank's address under `prefix` in the store,
+  // connects to every other rank and checks each peer's identity.
+  TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Progresses all sends and receives until every one is complete.
+  // on_progress(recvs) is called whenever a receive made progress; it may
+  // raise SendOp::avail (e.g. to forward what just arrived). Fails with an
+  // error naming the peer and `what` when a peer disconnects or nothing
+  // moves for the timeout.
+  template <class OnProgress>
+  void exchange(std::span<SendOp> sends, std::span<RecvOp> recvs, const char* what,
+                OnProgress&& on_progress);
+  void exchange(std::span<SendOp> sends, std::span<RecvOp> recvs, const char* what) {
+    exchange(sends, recvs, what, [](std::span<RecvOp>) {});
+  }
+
+ private:
+  // One pass of non-blocking I/O; returns whether any receive progressed and
+  // sets `moved` if any byte moved at all.
+  bool try_io(std::span<SendOp> sends, std::span<RecvOp> recvs, bool& moved, const char* what);
+  void wait_io(std::span<SendOp> sends, std::span<RecvOp> recvs, Clock::time_point deadline,
+               const char* what);
+
+  int rank_;
+  int size_;
+  Listener listener_;
+  std::vector<Fd> peers_;  // peers_[rank_] is empty
+  std::vector<pollfd> pollfds_;
+  std::chrono::milliseconds timeout_;
+};
+
+template <class OnProgress>
+void TcpMesh::exchange(std::span<SendOp> sends, std::span<RecvOp> recvs, const char* what,
+                       OnProgress&& on_progress) {
+  auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    bool moved = false;
+    if (try_io(sends, recvs, moved, what)) on_progress(recvs);
+    bool all_done = true;
+    for (auto& s : sends) all_done &= s.done == s.len;
+    for (auto& r : recvs) all_done &= r.done == r.len;
+    if (all_done) return;
+    if (moved) {
+      deadline = Clock::now() + timeout_;
+      continue;
+    }
+    wait_io(sends, recvs, deadline, what);
+  }
+}
+
+}  // namespace kolo::transport
