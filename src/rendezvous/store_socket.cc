@@ -1,0 +1,139 @@
+#include "rendezvous/store_socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+
+#include "core/error.h"
+
+namespace kolo::rdv {
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) {
+    reset();
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+Fd::~Fd() { reset(); }
+
+void Fd::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+namespace {
+
+using AddrList = std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>;
+
+// Resolves host:port; on failure returns null and the resolver's reason.
+AddrList resolve(const std::string& host, int port, bool passive, std::string* why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    *why = fmt::format("cannot resolve {}: {}", host, gai_strerror(rc));
+    return AddrList(nullptr, freeaddrinfo);
+  }
+  return AddrList(res, freeaddrinfo);
+}
+
+}  // namespace
+
+Fd listen_tcp(const std::string& host, int port, int* bound_port) {
+  std::string why;
+  AddrList addrs = resolve(host, port, /*passive=*/true, &why);
+  if (!addrs) fail("rendezvous: cannot listen on {}:{}: {}", host, port, why);
+  const addrinfo* a = addrs.get();
+  Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+  if (!fd.valid()) fail("rendezvous: socket(): {}", errno_text(errno));
+  // A store restarted on a fixed port (MASTER_PORT) must not wait for the
+  // previous run's connections to leave TIME_WAIT.
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0)
+    fail("rendezvous: cannot listen on {}:{}: {}", host, port, errno_text(errno));
+  if (::listen(fd.get(), SOMAXCONN) != 0)
+    fail("rendezvous: listen() on {}:{}: {}", host, port, errno_text(errno));
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+  *bound_port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                         : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return fd;
+}
+
+Fd try_connect(const std::string& host, int port, std::chrono::milliseconds timeout,
+               std::string* why) {
+  AddrList addrs = resolve(host, port, /*passive=*/false, why);
+  if (!addrs) return Fd();
+  for (const addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd.valid()) {
+      *why = fmt::format("socket(): {}", errno_text(errno));
+      continue;
+    }
+    // Non-blocking connect bounded by poll: a SYN to a host that is down can
+    // otherwise block for minutes, far past the caller's deadline.
+    int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
+    int err = rc == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd.get(), POLLOUT, 0};
+      int n;
+      do n = ::poll(&p, 1, static_cast<int>(timeout.count()));
+      while (n < 0 && errno == EINTR);
+      if (n == 0) {
+        err = ETIMEDOUT;
+      } else {
+        socklen_t len = sizeof err;
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    if (err != 0) {
+      *why = errno_text(err);
+      continue;
+    }
+    // The client does blocking I/O with its own deadlines (poll before recv).
+    ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+    set_nodelay(fd.get());
+    return fd;
+  }
+  return Fd();
+}
+
+std::string address_text(const sockaddr* a, bool with_port) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (a->sa_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(a);
+    ::inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+    port = ntohs(in->sin_port);
+    return with_port ? fmt::format("{}:{}", ip, port) : std::string(ip);
+  }
+  if (a->sa_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(a);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof ip);
+    port = ntohs(in6->sin6_port);
+    return with_port ? fmt::format("[{}]:{}", ip, port) : std::string(ip);
+  }
+  return "?";
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+}  // namespace kolo::rdv

@@ -1,0 +1,46 @@
+// The few socket helpers the store's server and client share.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+namespace kolo::rdv {
+
+// An owned file descriptor, closed on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept;
+  ~Fd();
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// A non-blocking listening socket on host:port (port 0: the kernel picks);
+// *bound_port receives the port. Throws kolo::Error.
+Fd listen_tcp(const std::string& host, int port, int* bound_port);
+
+// One connection attempt, bounded by timeout. On failure returns an invalid
+// Fd and the reason in *why, so that the caller can retry.
+Fd try_connect(const std::string& host, int port, std::chrono::milliseconds timeout,
+               std::string* why);
+
+// "10.1.2.3" or, with the port, "10.1.2.3:29500" ("[::1]:29500" for IPv6).
+std::string address_text(const sockaddr* a, bool with_port);
+
+// Latency matters more than throughput for the store's small messages.
+void set_nodelay(int fd);
+
+}  // namespace kolo::rdv
