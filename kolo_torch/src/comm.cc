@@ -214,6 +214,13 @@ double allreduce_scalar(Communicator& comm, double value, Op op) {
   return value;
 }
 
+::torch::Tensor as_tensor(const std::vector<std::size_t>& indices) {
+  auto t = ::torch::empty({static_cast<std::int64_t>(indices.size())}, ::torch::kInt64);
+  auto* p = t.data_ptr<std::int64_t>();
+  for (std::size_t i = 0; i < indices.size(); ++i) p[i] = static_cast<std::int64_t>(indices[i]);
+  return t;
+}
+
 void broadcast_parameters(Communicator& comm, const ::torch::nn::Module& module, int root) {
   const NamedTensors params = to_vector(module.named_parameters());
   const NamedTensors buffers = to_vector(module.named_buffers());

@@ -49,6 +49,10 @@ void allreduce(Communicator& comm, ::torch::Tensor& tensor, Op op = Op::Average)
 // For metrics: one double through an f64 allreduce.
 double allreduce_scalar(Communicator& comm, double value, Op op = Op::Sum);
 
+// Sample indices (e.g. DistributedSampler::indices() or a batch from next())
+// as an int64 tensor for index_select.
+::torch::Tensor as_tensor(const std::vector<std::size_t>& indices);
+
 // Checks that every rank has the same names, shapes and dtypes (one allgather
 // of a hash; on a mismatch the full lists are exchanged and every rank throws
 // an error listing the differences), then broadcasts the parameters and then

@@ -1,0 +1,325 @@
+// fashion_mnist — kolo's main job: data-parallel training of a CNN (or a big
+// MLP) on Fashion-MNIST with LibTorch and kolo.
+//
+//   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist            # train, ~2.5 min on 2 cores
+//   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist --resume   # continue from the checkpoint
+//   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist --model mlp --bench-steps 60 --batch 32
+//
+// Every rank holds the whole data set in memory and trains on its shard
+// (DistributedSampler); gradients are averaged by DistributedOptimizer; the
+// learning rate is the single-worker lr scaled by the number of ranks after a
+// linear warm-up; rank 0 draws the progress bar and writes a checkpoint after
+// every epoch; test accuracy is computed on all ranks (each on a slice of the
+// test set) and summed.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <kolo/torch.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "idx.h"
+#include "progress.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// --- models -----------------------------------------------------------------
+
+struct Net : torch::nn::Module {
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+
+// conv32-conv64-fc128, 1.2 M parameters: the PyTorch DDP anchor's model.
+struct Cnn : Net {
+  Cnn() {
+    c1 = register_module("c1", torch::nn::Conv2d(1, 32, 3));
+    c2 = register_module("c2", torch::nn::Conv2d(32, 64, 3));
+    f1 = register_module("f1", torch::nn::Linear(9216, 128));
+    f2 = register_module("f2", torch::nn::Linear(128, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::max_pool2d(torch::relu(c2(torch::relu(c1(x)))), 2);
+    return f2(torch::relu(f1(torch::flatten(x, 1))));
+  }
+  torch::nn::Conv2d c1{nullptr}, c2{nullptr};
+  torch::nn::Linear f1{nullptr}, f2{nullptr};
+};
+
+// 784-4096-4096-10, 20.3 M parameters: communication-heavy.
+struct Mlp : Net {
+  Mlp() {
+    f1 = register_module("f1", torch::nn::Linear(784, 4096));
+    f2 = register_module("f2", torch::nn::Linear(4096, 4096));
+    f3 = register_module("f3", torch::nn::Linear(4096, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    return f3(torch::relu(f2(torch::relu(f1(torch::flatten(x, 1))))));
+  }
+  torch::nn::Linear f1{nullptr}, f2{nullptr}, f3{nullptr};
+};
+
+// --- data ---------------------------------------------------------------------
+
+struct Tensors {
+  torch::Tensor x, y;
+};
+
+Tensors to_tensors(const fmnist::Split& s, std::size_t limit) {
+  const auto n = static_cast<std::int64_t>(std::min(s.images.count, limit));
+  const auto h = static_cast<std::int64_t>(s.images.rows), w = static_cast<std::int64_t>(s.images.cols);
+  auto x = torch::from_blob(const_cast<std::uint8_t*>(s.images.pixels.data()), {n, 1, h, w}, torch::kUInt8)
+               .to(torch::kFloat32)
+               .div_(255.0)
+               .sub_(0.2860)   // Fashion-MNIST mean and std
+               .div_(0.3530);
+  auto y = torch::from_blob(const_cast<std::uint8_t*>(s.labels.data()), {n}, torch::kUInt8).to(torch::kInt64);
+  return {x, y};
+}
+
+// --- options --------------------------------------------------------------------
+
+struct Options {
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string model = "cnn";
+  int epochs = 2;
+  int batch = 64;
+  double lr = 0.01;
+  double momentum = 0.9;
+  int warmup = 100;
+  int threads = 1;
+  std::uint64_t seed = 42;
+  std::string checkpoint = "fashion_mnist.ckpt";
+  bool resume = false;
+  int checkpoint_every = 0;
+  long stop_after = 0;
+  std::size_t train_limit = 0;
+  std::string compression = "none";
+  int accumulate = 1;
+  bool no_overlap = false;
+  double bucket_mb = 25, first_bucket_mb = 1;
+  int bench_steps = 0;
+  bool no_progress = false;
+};
+
+// Test accuracy: rank r evaluates test samples r, r+size, ...; the counts are summed.
+double evaluate(kolo::Communicator& comm, Net& model, const Tensors& test) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  const std::int64_t n = test.x.size(0);
+  auto idx = torch::arange(comm.rank(), n, comm.size(), torch::kInt64);
+  double correct = 0;
+  for (std::int64_t s = 0; s < idx.size(0); s += 1000) {
+    auto b = idx.slice(0, s, std::min<std::int64_t>(s + 1000, idx.size(0)));
+    auto pred = model.forward(test.x.index_select(0, b)).argmax(1);
+    correct += pred.eq(test.y.index_select(0, b)).sum().item<double>();
+  }
+  model.train();
+  const double total_correct = kolo::torch::allreduce_scalar(comm, correct);
+  return total_correct / static_cast<double>(n);
+}
+
+// Throughput as the PyTorch DDP anchor measures it: 5 warm-up steps, then
+// `steps` timed steps of contiguous slices of this rank's strided indices.
+void bench(kolo::Communicator& comm, Net& model, kolo::torch::DistributedOptimizer& opt,
+           const Tensors& train, const Options& o) {
+  const std::int64_t B = o.batch;
+  auto idx = torch::arange(comm.rank(), train.x.size(0), comm.size(), torch::kInt64);
+  Clock::time_point t0;
+  torch::Tensor loss;
+  for (int s = 0; s < o.bench_steps + 5; ++s) {
+    if (s == 5) {
+      comm.barrier();
+      t0 = Clock::now();
+    }
+    const std::int64_t start = (s * B) % (idx.size(0) - B);
+    auto b = idx.slice(0, start, start + B);
+    opt.zero_grad();
+    loss = torch::nn::functional::cross_entropy(model.forward(train.x.index_select(0, b)),
+                                                train.y.index_select(0, b));
+    loss.backward();
+    opt.step();
+  }
+  const double dt = seconds_since(t0);
+  if (comm.rank() == 0)
+    std::printf("kolo model=%s n=%d batch=%d threads=%d overlap=%s compression=%s "
+                "samples_per_s=%.0f step_ms=%.2f loss=%.3f\n",
+                o.model.c_str(), comm.size(), o.batch, torch::get_num_threads(),
+                o.no_overlap ? "off" : "on", o.compression.c_str(),
+                o.bench_steps * B * comm.size() / dt, dt / o.bench_steps * 1e3, loss.item<double>());
+}
+
+int run(const Options& o) {
+  torch::set_num_threads(o.threads);
+  const auto t_start = Clock::now();
+  auto comm = kolo::init();
+  const bool rank0 = comm.rank() == 0;
+
+  const fmnist::Dataset ds = fmnist::load(o.data);
+  const Tensors train = to_tensors(ds.train, o.train_limit ? o.train_limit : ds.train.images.count);
+  const Tensors test = to_tensors(ds.test, ds.test.images.count);
+  const auto n_train = static_cast<std::size_t>(train.x.size(0));
+
+  torch::manual_seed(static_cast<std::uint64_t>(o.seed));
+  std::shared_ptr<Net> model;
+  if (o.model == "cnn")
+    model = std::make_shared<Cnn>();
+  else
+    model = std::make_shared<Mlp>();
+  kolo::torch::broadcast_parameters(comm, *model, 0);
+
+  kolo::torch::DistributedOptimizerOptions dopt;
+  dopt.backward_passes_per_step = o.accumulate;
+  dopt.compression = o.compression == "fp16"   ? kolo::torch::Compression::FP16
+                     : o.compression == "bf16" ? kolo::torch::Compression::BF16
+                                               : kolo::torch::Compression::None;
+  dopt.overlap = !o.no_overlap;
+  dopt.bucket_cap_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
+  dopt.first_bucket_cap_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
+  kolo::torch::DistributedOptimizer opt(
+      comm, *model,
+      std::make_unique<torch::optim::SGD>(model->parameters(),
+                                          torch::optim::SGDOptions(o.lr).momentum(o.momentum)),
+      dopt);
+
+  if (o.bench_steps > 0) {
+    bench(comm, *model, opt, train, o);
+    return 0;
+  }
+
+  kolo::torch::LinearScalingWarmup lr_sched(opt.optimizer(), comm.size(), o.warmup);
+  kolo::torch::DistributedSampler sampler(comm, n_train, {.shuffle = true, .seed = o.seed});
+
+  int start_epoch = 0;
+  std::int64_t step = 0;
+  if (o.resume && kolo::torch::file_exists(o.checkpoint)) {
+    const auto st = kolo::torch::load_checkpoint(comm, o.checkpoint, *model, opt);
+    start_epoch = static_cast<int>(st.epoch);
+    step = st.step;
+    sampler.set_state(st.sampler);
+    lr_sched.set_step(step);
+    if (rank0)
+      std::printf("resumed from %s: epoch %d, step %lld, %llu samples into the epoch\n",
+                  o.checkpoint.c_str(), start_epoch + 1, static_cast<long long>(step),
+                  static_cast<unsigned long long>(st.sampler.position));
+  } else if (o.resume && rank0) {
+    std::printf("no checkpoint at %s: starting from scratch\n", o.checkpoint.c_str());
+  }
+  if (rank0)
+    std::printf("fashion_mnist: %s, %d ranks (%s), %zu training samples, batch %d per rank, "
+                "lr %.3g x %d after %d warm-up steps, %d epochs\n",
+                o.model.c_str(), comm.size(), comm.transport().c_str(), n_train, o.batch, o.lr,
+                comm.size(), o.warmup, o.epochs);
+  std::fflush(stdout);
+
+  auto save = [&](std::int64_t epoch, kolo::torch::SamplerState ss) {
+    if (rank0 && !o.checkpoint.empty())
+      kolo::torch::save_checkpoint(o.checkpoint, *model, opt, {epoch, step, ss});
+  };
+
+  fmnist::ProgressBar bar(rank0 && !o.no_progress);
+  const long steps_per_epoch = static_cast<long>((sampler.num_samples() + o.batch - 1) / o.batch);
+  double acc = 0;
+  for (int epoch = start_epoch; epoch < o.epochs; ++epoch) {
+    sampler.set_epoch(static_cast<std::uint64_t>(epoch));
+    bar.start(epoch + 1, o.epochs, steps_per_epoch);
+    const auto t0 = Clock::now();
+    long done = static_cast<long>(sampler.position() / static_cast<std::size_t>(o.batch));
+    const long first = done;
+    double loss_sum = 0, loss_avg = 0;
+    long micro = 0;
+    opt.zero_grad();
+    while (auto batch = sampler.next(static_cast<std::size_t>(o.batch))) {
+      auto idx = kolo::torch::as_tensor(*batch);
+      auto loss = torch::nn::functional::cross_entropy(model->forward(train.x.index_select(0, idx)),
+                                                       train.y.index_select(0, idx));
+      (o.accumulate > 1 ? loss / o.accumulate : loss).backward();
+      const double l = loss.item<double>();
+      loss_sum += l;
+      loss_avg = micro == 0 ? l : 0.98 * loss_avg + 0.02 * l;
+      ++micro;
+      ++done;
+      if (micro % o.accumulate == 0 || sampler.position() == sampler.num_samples()) {
+        opt.step();
+        opt.zero_grad();
+        lr_sched.step();
+        ++step;
+        if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && micro % o.accumulate == 0)
+          save(epoch, sampler.state());
+        if (o.stop_after > 0 && step >= o.stop_after) {
+          if (rank0) std::printf("\nstopping after %ld steps (--stop-after)\n", o.stop_after);
+          return 0;
+        }
+      }
+      const double sps = static_cast<double>((done - first) * o.batch * comm.size()) / seconds_since(t0);
+      bar.update(done, loss_avg, sps);
+    }
+    const double secs = seconds_since(t0);
+    const double mean_loss =
+        kolo::torch::allreduce_scalar(comm, micro ? loss_sum / micro : 0.0, kolo::Op::Average);
+    acc = evaluate(comm, *model, test);
+    save(epoch + 1, {static_cast<std::uint64_t>(epoch + 1), 0});
+    bar.finish(fmt::format("epoch {}/{}  loss {:.3f}  test accuracy {:.2f}%  {} samples/s  {:.1f} s",
+                           epoch + 1, o.epochs, mean_loss, acc * 100,
+                           fmnist::thousands((done - first) * o.batch * comm.size() / secs), secs));
+  }
+  if (rank0) {
+    if (start_epoch >= o.epochs)
+      std::printf("nothing to do: the checkpoint is at epoch %d of %d\n", start_epoch, o.epochs);
+    else
+      std::printf("done: test accuracy %.2f%% after %d epochs, %.1f s in all\n", acc * 100,
+                  o.epochs, seconds_since(t_start));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Data-parallel Fashion-MNIST training with LibTorch and kolo (run under kolorun)"};
+  app.add_option("--data", o.data, "directory with the gzipped IDX files")->capture_default_str();
+  app.add_option("--model", o.model, "cnn (1.2 M parameters) or mlp (20.3 M)")
+      ->check(CLI::IsMember({"cnn", "mlp"}))
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch", o.batch, "batch size per rank")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", o.lr, "single-worker learning rate (scaled by the number of ranks)")
+      ->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "steps of linear lr warm-up")->capture_default_str();
+  app.add_option("--threads", o.threads, "LibTorch threads per rank")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint, "checkpoint file written after every epoch (\"\": none)")
+      ->capture_default_str();
+  app.add_flag("--resume", o.resume, "continue from --checkpoint if it exists");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: epoch ends only)");
+  app.add_option("--stop-after", o.stop_after, "stop after N optimizer steps (to try --resume)");
+  app.add_option("--train-limit", o.train_limit, "use only the first N training samples");
+  app.add_option("--compression", o.compression, "gradients on the wire: none, fp16, bf16")
+      ->check(CLI::IsMember({"none", "fp16", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--accumulate", o.accumulate, "backward passes per optimizer step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--no-overlap", o.no_overlap, "allreduce in step() instead of during backward");
+  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket cap (MiB)")->capture_default_str();
+  app.add_option("--first-bucket-mb", o.first_bucket_mb, "first bucket cap (MiB)")->capture_default_str();
+  app.add_option("--bench-steps", o.bench_steps, "measure samples/s over N steps instead of training");
+  app.add_flag("--no-progress", o.no_progress, "no progress bar");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nfashion_mnist: %s\n", e.what());
+    return 1;
+  }
+}
