@@ -2,6 +2,7 @@
 // store, learn which of them share this host, and build the backend.
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <vector>
 
@@ -41,6 +42,9 @@ void store_barrier(rdv::StoreClient& store, const std::string& name, int rank, i
 
 Communicator init() {
   const rdv::Discovery d = rdv::discover(rdv::current_environment());
+  // Under kolorun stdout is a pipe to the launcher's relay: flush by line so
+  // that ranks' output (and progress bars) show up as it is written.
+  if (d.source == "kolo" && !isatty(STDOUT_FILENO)) std::setvbuf(stdout, nullptr, _IOLBF, 0);
   set_log_rank(d.rank);
   auto ctx = std::make_shared<detail::Context>();
   ctx->rank = d.rank;

@@ -21,6 +21,7 @@
 #include "options.h"
 #include "rank_env.h"
 #include "rendezvous/store.h"
+#include "shm_sweep.h"
 #include "signals.h"
 #include "spawn.h"
 #include "supervisor.h"
@@ -125,7 +126,10 @@ int run(const Options& o) {
     }
   }
   for (int fd : files) ::close(fd);  // the ranks hold their own copies now
-  return supervise(std::move(ranks), signal_fd, sup);
+  const int code = supervise(std::move(ranks), signal_fd, sup);
+  if (int n = sweep_shm(job.job_id); n > 0)
+    say(fmt::format("removed {} shared-memory segment{} the ranks left behind", n, n == 1 ? "" : "s"));
+  return code;
 }
 
 }  // namespace

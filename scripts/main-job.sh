@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The README's main-job command: installs what is needed, builds, and trains
+# Fashion-MNIST data-parallel on 2 ranks (extra arguments go to the trainer).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+BUILD=${KOLO_BUILD_DIR:-build}
+NP=${NP:-2}
+if [ -x "$BUILD/examples/fashion_mnist/fashion_mnist" ]; then
+  exec "$BUILD/tools/kolorun/kolorun" -np "$NP" "$BUILD/examples/fashion_mnist/fashion_mnist" "$@"
+fi
+# Without LibTorch: a 2-rank allreduce run that checks its results.
+exec "$BUILD/tools/kolorun/kolorun" -np "$NP" "$BUILD/tools/kolo-bench/kolo-bench" -c allreduce -b 8 -e 64M -f 8 "$@"

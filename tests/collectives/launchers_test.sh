@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# kolo::init() under each launcher's variables, set here by hand exactly as
+# that launcher would, with 3 processes and no kolorun; then under a real
+# mpirun. Each rank must report its own rank, the size, its local rank, and
+# the correct allreduce sum 1+2+3 = 6.
+#   launchers_test.sh IDENTITY_BINARY
+set -u
+BIN=$1
+N=3
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect NAME: compares the sorted output lines of the 3 ranks.
+expect() {
+  local name=$1
+  sort "$tmp/out" > "$tmp/sorted"
+  local want=""
+  for ((r = 0; r < N; r++)); do
+    want+="identity rank=$r size=$N local_rank=$r local_size=$N transport=${TRANSPORT:-shm} sum=6"$'\n'
+  done
+  if [ "$(cat "$tmp/sorted")" == "${want%$'\n'}" ]; then
+    echo "ok: $name"
+  else
+    echo "FAILED: $name"; echo "--- got:"; cat "$tmp/sorted"; echo "--- errors:"; cat "$tmp/err"; echo "--- wanted:"; printf "%s" "$want"
+    fail=1
+  fi
+}
+
+# run_ranks VARS_FUNCTION: starts N processes with the variables the function prints for rank r.
+run_ranks() {
+  local vars=$1
+  : > "$tmp/out"; : > "$tmp/err"
+  local pids=()
+  for ((r = 0; r < N; r++)); do
+    # No wrapper between this shell and the rank: under Open MPI/MPICH variables
+    # the ranks find each other through their common parent.
+    env $($vars $r) KOLO_RENDEZVOUS_TIMEOUT_MS=30000 "$BIN" >> "$tmp/out" 2>> "$tmp/err" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+}
+
+port=$((20000 + RANDOM % 20000))
+step=$RANDOM
+torchrun_vars() { echo "RANK=$1 WORLD_SIZE=$N LOCAL_RANK=$1 LOCAL_WORLD_SIZE=$N MASTER_ADDR=127.0.0.1 MASTER_PORT=$port"; }
+ompi_vars()     { echo "OMPI_COMM_WORLD_RANK=$1 OMPI_COMM_WORLD_SIZE=$N OMPI_COMM_WORLD_LOCAL_RANK=$1 OMPI_COMM_WORLD_LOCAL_SIZE=$N"; }
+mpich_vars()    { echo "PMI_RANK=$1 PMI_SIZE=$N MPI_LOCALRANKID=$1 MPI_LOCALNRANKS=$N"; }
+slurm_vars()    { echo "SLURM_PROCID=$1 SLURM_NTASKS=$N SLURM_LOCALID=$1 SLURM_NTASKS_PER_NODE=$N SLURM_STEP_NODELIST=localhost SLURM_JOB_ID=$$ SLURM_STEP_ID=$step"; }
+kolo_vars()     { echo "KOLO_RANK=$1 KOLO_SIZE=$N KOLO_LOCAL_RANK=$1 KOLO_LOCAL_SIZE=$N KOLO_STORE_ADDR=127.0.0.1:$port KOLO_JOB_ID=t$$"; }
+
+run_ranks torchrun_vars; expect "torchrun-style variables (rank 0 hosts the store at MASTER_ADDR:MASTER_PORT)"
+run_ranks ompi_vars;     expect "Open MPI variables (store found through a file keyed by the parent)"
+run_ranks mpich_vars;    expect "MPICH/Hydra variables"
+run_ranks slurm_vars;    expect "Slurm variables (store on the first host of SLURM_STEP_NODELIST)"
+TRANSPORT=tcp KOLO_TRANSPORT=tcp run_ranks torchrun_vars; TRANSPORT=tcp expect "torchrun-style variables over TCP"
+
+# A real mpirun (Open MPI), no kolorun.
+if command -v mpirun >/dev/null; then
+  mpirun --allow-run-as-root --oversubscribe -np $N "$BIN" > "$tmp/out" 2> "$tmp/err"
+  expect "a real mpirun -np $N"
+else
+  echo "FAILED: mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; fail=1
+fi
+
+ls /dev/shm | grep -q '^kolo-' && { echo "FAILED: shared memory segments left in /dev/shm:"; ls /dev/shm | grep '^kolo-'; fail=1; }
+exit $fail
