@@ -70,16 +70,14 @@ std::unique_ptr<StoreClient> host_via_file(const Discovery& d, std::unique_ptr<S
   client->set(kTokenKey, token);
   publish(path, fmt::format("127.0.0.1:{} {}", hosted->port(), token));
   log(LogLevel::Info, "rendezvous: store on 127.0.0.1:{}, published in {}", hosted->port(), path);
-  // The file goes whether everyone arrives or not: no leftovers in /tmp.
-  struct Unlink {
-    const std::string& path;
-    ~Unlink() { std::remove(path.c_str()); }
-  } unlink_file{path};
   std::vector<std::string> joined;
   for (int r = 1; r < d.size; ++r) joined.push_back(kJoinedPrefix + std::to_string(r));
+  // The file goes whether everyone arrives or not, removed before the error
+  // is thrown: an uncaught exception ends the process without unwinding.
   try {
     client->wait(joined, timeout);
   } catch (const Error&) {
+    std::remove(path.c_str());
     std::string missing;
     for (int r = 1; r < d.size; ++r)
       if (!client->check({kJoinedPrefix + std::to_string(r)}))
@@ -89,6 +87,7 @@ std::unique_ptr<StoreClient> host_via_file(const Discovery& d, std::unique_ptr<S
          "KOLO_STORE_ADDR=<rank 0's host>:<port>",
          missing, path, timeout.count());
   }
+  std::remove(path.c_str());
   return client;
 }
 
