@@ -1,11 +1,17 @@
 // The store server: one thread, one poll() loop, every client on it.
 //
 // A request is answered as soon as it is parsed, except get and wait on keys
-// that do not exist yet: those are parked with their deadline (the client
-// sends its timeout) and answered when a set or add creates the last missing
-// key, or with a Timeout reply naming the keys still missing when the
-// deadline passes. While a connection has a parked request the server reads
-// nothing more from it, so replies always come back in request order.
+// that do not exist yet: those park the connection with their deadline (the
+// client sends its timeout) and are answered when a set or add creates the
+// last missing key, or with a Timeout reply naming the keys still missing
+// when the deadline passes. While a connection is parked the server reads
+// nothing more from it, so replies always come back in request order, and a
+// connection has at most one parked request.
+//
+// Scale: in a job's rendezvous every rank sets one key and waits for all of
+// them. Parked requests are indexed by the keys they still miss and by
+// deadline, so that pattern costs O(keys) in all rather than a scan of every
+// waiter on every set (which is cubic in the number of ranks).
 //
 // A connection that breaks the framing (oversize length prefix, malformed
 // body) is closed and logged; the server goes on serving everyone else.
@@ -26,6 +32,8 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -41,21 +49,23 @@ namespace kolo::rdv {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using ConnId = std::uint64_t;
+
+// A get or wait that waits for keys to appear.
+struct Parked {
+  proto::Op op;
+  std::vector<std::string> keys;
+  std::size_t missing;  // distinct keys of `keys` not in the store yet
+  Clock::time_point deadline;
+};
 
 struct Conn {
   Fd fd;
-  std::string peer;     // "ip:port", for the log
-  std::string in;       // bytes received and not yet parsed: at most one frame and one read
-  std::string out;      // reply bytes the socket has not taken yet
-  bool parked = false;  // a get or wait is pending; later requests wait their turn
+  std::string peer;  // "ip:port", for the log
+  std::string in;    // bytes received and not yet parsed: at most one frame and one read
+  std::string out;   // reply bytes the socket has not taken yet
+  std::optional<Parked> parked;
   bool closed = false;  // dropped; erased at the end of the loop iteration
-};
-
-struct Waiter {
-  std::uint64_t conn;
-  proto::Op op;
-  std::vector<std::string> keys;
-  Clock::time_point deadline;
 };
 
 proto::Response number_reply(std::int64_t n) {
@@ -74,6 +84,10 @@ proto::Response error_reply(std::string message) {
 // Timeouts are clamped so that now + timeout cannot overflow the clock.
 constexpr std::int64_t kMaxTimeoutMs = std::int64_t(1) << 40;
 
+// Out of file descriptors, accept() fails while the listener stays readable:
+// pausing accepts keeps the loop from spinning until a connection closes.
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+
 }  // namespace
 
 struct StoreServer::Impl {
@@ -84,25 +98,28 @@ struct StoreServer::Impl {
   std::thread thread;
 
   std::unordered_map<std::string, std::string> data;
-  std::map<std::uint64_t, Conn> conns;
-  std::uint64_t next_id = 1;
-  std::vector<Waiter> waiters;
-  std::vector<std::uint64_t> runnable;  // connections unparked with frames still buffered
+  std::map<ConnId, Conn> conns;
+  ConnId next_id = 1;
+  // Parked connections by each key they still miss, and by deadline.
+  std::unordered_map<std::string, std::vector<ConnId>> waiting_for;
+  std::set<std::pair<Clock::time_point, ConnId>> deadlines;
+  std::vector<ConnId> runnable;  // unparked or drained, with requests still buffered
+  Clock::time_point accept_paused_until{};
 
   void run();
-  void accept_all();
-  void on_readable(std::uint64_t id);
-  void flush(std::uint64_t id);
-  void process(std::uint64_t id);
-  void handle(std::uint64_t id, proto::Request& req);
-  void reply(std::uint64_t id, const proto::Response& r);
-  void close(std::uint64_t id, const std::string& why, LogLevel level);
-  bool has_all(const std::vector<std::string>& keys) const;
-  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
-  void answer(const Waiter& w);
-  void wake_waiters(const std::string& key);
-  void expire_waiters(Clock::time_point now);
   int poll_timeout_ms(Clock::time_point now) const;
+  void accept_all();
+  void on_readable(ConnId id);
+  void flush(ConnId id);
+  void process(ConnId id);
+  void handle(ConnId id, proto::Request& req);
+  void reply(ConnId id, const proto::Response& r);
+  void close(ConnId id, const std::string& why, LogLevel level);
+  void store(const std::string& key, std::string value);
+  void park(ConnId id, Parked p, const std::vector<std::string>& missing);
+  void unpark(ConnId id);
+  void answer(ConnId id, const Parked& p);
+  void expire(Clock::time_point now);
 };
 
 StoreServer::StoreServer(const std::string& bind_host, int port) : impl_(std::make_unique<Impl>()) {
@@ -130,9 +147,11 @@ void StoreServer::stop() {
 
 void StoreServer::Impl::run() {
   std::vector<pollfd> fds;
-  std::vector<std::uint64_t> ids;  // ids[i] is the connection of fds[i + 2]
+  std::vector<ConnId> ids;  // ids[i] is the connection of fds[i + 2]
   while (!stopping) {
-    fds.assign({{wake.get(), POLLIN, 0}, {listener.get(), POLLIN, 0}});
+    const auto now = Clock::now();
+    const short accept_events = now >= accept_paused_until ? POLLIN : 0;
+    fds.assign({{wake.get(), POLLIN, 0}, {listener.get(), accept_events, 0}});
     ids.clear();
     for (auto& [id, c] : conns) {
       // Backpressure: a client that does not read its replies is not read
@@ -141,7 +160,7 @@ void StoreServer::Impl::run() {
       fds.push_back({c.fd.get(), ev, 0});
       ids.push_back(id);
     }
-    int n = ::poll(fds.data(), fds.size(), poll_timeout_ms(Clock::now()));
+    int n = ::poll(fds.data(), fds.size(), poll_timeout_ms(now));
     if (n < 0 && errno != EINTR) {
       log(LogLevel::Error, "rendezvous store: poll(): {}; the store stops", errno_text(errno));
       return;
@@ -151,24 +170,23 @@ void StoreServer::Impl::run() {
       if (fds[1].revents & POLLIN) accept_all();
       for (std::size_t i = 0; i < ids.size(); ++i) {
         const short rev = fds[i + 2].revents;
-        if (rev == 0 || conns.at(ids[i]).closed) continue;
-        if (rev & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) {
-          if (!(rev & POLLIN) || conns.at(ids[i]).parked) {
-            close(ids[i], "peer hung up", LogLevel::Debug);
-            continue;
-          }
+        const ConnId id = ids[i];
+        if (rev == 0 || conns.at(id).closed) continue;
+        if ((rev & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) && (!(rev & POLLIN) || conns.at(id).parked)) {
+          close(id, "peer hung up", LogLevel::Debug);
+          continue;
         }
         if (rev & POLLOUT) {
-          flush(ids[i]);
+          flush(id);
           // Replies drained: requests that arrived meanwhile can be served.
-          if (conns.at(ids[i]).out.empty()) runnable.push_back(ids[i]);
+          if (conns.at(id).out.empty()) runnable.push_back(id);
         }
-        if (rev & POLLIN) on_readable(ids[i]);
+        if (rev & POLLIN) on_readable(id);
       }
     }
-    expire_waiters(Clock::now());
+    expire(Clock::now());
     while (!runnable.empty()) {
-      std::uint64_t id = runnable.back();
+      const ConnId id = runnable.back();
       runnable.pop_back();
       process(id);
     }
@@ -177,13 +195,13 @@ void StoreServer::Impl::run() {
 }
 
 int StoreServer::Impl::poll_timeout_ms(Clock::time_point now) const {
-  if (waiters.empty()) return -1;
-  auto next = std::min_element(waiters.begin(), waiters.end(), [](const Waiter& a, const Waiter& b) {
-                return a.deadline < b.deadline;
-              })->deadline;
-  if (next <= now) return 0;
+  std::optional<Clock::time_point> next;
+  if (!deadlines.empty()) next = deadlines.begin()->first;
+  if (accept_paused_until > now) next = std::min(next.value_or(accept_paused_until), accept_paused_until);
+  if (!next) return -1;
+  if (*next <= now) return 0;
   // Round up: waking a millisecond early would only loop back into poll.
-  auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - now).count();
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - now).count();
   return static_cast<int>(std::min<std::int64_t>(ms, std::numeric_limits<int>::max()));
 }
 
@@ -194,10 +212,13 @@ void StoreServer::Impl::accept_all() {
     int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&ss), &len,
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      // EAGAIN: no more pending. Anything else (EMFILE, a connection reset
-      // before accept) concerns one connection, not the server.
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+      if (errno == EMFILE || errno == ENFILE) {
+        log(LogLevel::Warn, "rendezvous store: out of file descriptors with {} connections; "
+            "raise the limit (ulimit -n) for jobs of this size", conns.size());
+        accept_paused_until = Clock::now() + kAcceptPause;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
         log(LogLevel::Warn, "rendezvous store: accept(): {}", errno_text(errno));
+      }
       return;
     }
     set_nodelay(fd);
@@ -209,7 +230,7 @@ void StoreServer::Impl::accept_all() {
   }
 }
 
-void StoreServer::Impl::on_readable(std::uint64_t id) {
+void StoreServer::Impl::on_readable(ConnId id) {
   Conn& c = conns.at(id);
   char buf[64 << 10];
   ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
@@ -224,7 +245,7 @@ void StoreServer::Impl::on_readable(std::uint64_t id) {
 
 // Handles the complete frames buffered for a connection, until it parks or
 // its replies back up.
-void StoreServer::Impl::process(std::uint64_t id) {
+void StoreServer::Impl::process(ConnId id) {
   std::string body;
   for (;;) {
     auto it = conns.find(id);
@@ -242,19 +263,16 @@ void StoreServer::Impl::process(std::uint64_t id) {
   }
 }
 
-void StoreServer::Impl::handle(std::uint64_t id, proto::Request& req) {
+void StoreServer::Impl::handle(ConnId id, proto::Request& req) {
   using proto::Op;
-  using proto::Status;
   switch (req.op) {
     case Op::Set:
-      data[req.keys[0]] = std::move(req.value);
       reply(id, {});
-      wake_waiters(req.keys[0]);
-      return;
+      return store(req.keys[0], std::move(req.value));
     case Op::Add: {
+      const std::string& key = req.keys[0];
       std::int64_t cur = 0;
-      auto it = data.find(req.keys[0]);
-      if (it != data.end()) {
+      if (auto it = data.find(key); it != data.end()) {
         // Counters are stored as decimal text, so a get of a counter reads naturally.
         std::size_t used = 0;
         bool ok = false;
@@ -263,84 +281,83 @@ void StoreServer::Impl::handle(std::uint64_t id, proto::Request& req) {
           ok = used == it->second.size();
         } catch (const std::exception&) {
         }
-        if (!ok)
-          return reply(id, error_reply(fmt::format("add: the value of key {} is not an integer", req.keys[0])));
+        if (!ok) return reply(id, error_reply(fmt::format("add: the value of key {} is not an integer", key)));
       }
       std::int64_t next;
       if (__builtin_add_overflow(cur, req.number, &next))
-        return reply(id, error_reply(fmt::format("add: counter {} overflows", req.keys[0])));
-      data[req.keys[0]] = std::to_string(next);
+        return reply(id, error_reply(fmt::format("add: counter {} overflows", key)));
       reply(id, number_reply(next));
-      wake_waiters(req.keys[0]);
-      return;
+      return store(key, std::to_string(next));
     }
     case Op::Check:
-      return reply(id, number_reply(has_all(req.keys) ? 1 : 0));
+      return reply(id, number_reply(std::all_of(req.keys.begin(), req.keys.end(),
+                                                [&](const std::string& k) { return data.count(k) > 0; })));
     case Op::Get:
     case Op::Wait: {
-      Waiter w{id, req.op, std::move(req.keys),
+      std::vector<std::string> missing = req.keys;
+      std::sort(missing.begin(), missing.end());
+      missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+      std::erase_if(missing, [&](const std::string& k) { return data.count(k) > 0; });
+      Parked p{req.op, std::move(req.keys), missing.size(),
                Clock::now() + std::chrono::milliseconds(std::clamp<std::int64_t>(req.number, 0, kMaxTimeoutMs))};
-      if (has_all(w.keys) || w.deadline <= Clock::now()) return answer(w);
-      conns.at(id).parked = true;
-      waiters.push_back(std::move(w));
-      return;
+      if (missing.empty() || p.deadline <= Clock::now()) return answer(id, p);
+      return park(id, std::move(p), missing);
     }
   }
 }
 
-bool StoreServer::Impl::has_all(const std::vector<std::string>& keys) const {
-  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data.count(k) > 0; });
+// Stores a value and answers the requests that waited for this key last.
+void StoreServer::Impl::store(const std::string& key, std::string value) {
+  const bool created = data.insert_or_assign(key, std::move(value)).second;
+  if (!created) return;
+  auto it = waiting_for.find(key);
+  if (it == waiting_for.end()) return;
+  const std::vector<ConnId> ids = std::move(it->second);
+  waiting_for.erase(it);
+  for (ConnId id : ids) {
+    Conn& c = conns.at(id);
+    if (--c.parked->missing == 0) unpark(id);
+  }
 }
 
-std::vector<std::string> StoreServer::Impl::missing(const std::vector<std::string>& keys) const {
-  std::vector<std::string> m;
-  for (const auto& k : keys)
-    if (!data.count(k)) m.push_back(k);
-  return m;
+// missing: the distinct keys of p that are not in the store yet.
+void StoreServer::Impl::park(ConnId id, Parked p, const std::vector<std::string>& missing) {
+  for (const auto& k : missing) waiting_for[k].push_back(id);
+  deadlines.emplace(p.deadline, id);
+  conns.at(id).parked = std::move(p);
 }
 
-// Replies to a get or wait: the value, or Timeout with the missing keys.
-void StoreServer::Impl::answer(const Waiter& w) {
+// Takes a parked request out of the indexes and answers it.
+void StoreServer::Impl::unpark(ConnId id) {
+  Conn& c = conns.at(id);
+  Parked p = std::move(*c.parked);
+  c.parked.reset();
+  deadlines.erase({p.deadline, id});
+  for (const auto& k : p.keys) {
+    auto it = waiting_for.find(k);
+    if (it == waiting_for.end()) continue;
+    std::erase(it->second, id);
+    if (it->second.empty()) waiting_for.erase(it);
+  }
+  answer(id, p);
+  runnable.push_back(id);
+}
+
+// Replies to a get or wait: the value, or Timeout with the keys still missing.
+void StoreServer::Impl::answer(ConnId id, const Parked& p) {
   proto::Response r;
-  if (!has_all(w.keys)) {
-    r.status = proto::Status::Timeout;
-    r.keys = missing(w.keys);
-  } else if (w.op == proto::Op::Get) {
-    r.value = data.at(w.keys[0]);
-  }
-  reply(w.conn, r);
+  for (const auto& k : p.keys)
+    if (!data.count(k)) r.keys.push_back(k);
+  if (!r.keys.empty()) r.status = proto::Status::Timeout;
+  else if (p.op == proto::Op::Get) r.value = data.at(p.keys[0]);
+  reply(id, r);
 }
 
-void StoreServer::Impl::wake_waiters(const std::string& key) {
-  for (std::size_t i = 0; i < waiters.size();) {
-    Waiter& w = waiters[i];
-    if (std::find(w.keys.begin(), w.keys.end(), key) != w.keys.end() && has_all(w.keys)) {
-      Waiter done = std::move(w);
-      waiters.erase(waiters.begin() + i);
-      conns.at(done.conn).parked = false;
-      answer(done);
-      runnable.push_back(done.conn);
-    } else {
-      ++i;
-    }
-  }
+void StoreServer::Impl::expire(Clock::time_point now) {
+  while (!deadlines.empty() && deadlines.begin()->first <= now) unpark(deadlines.begin()->second);
 }
 
-void StoreServer::Impl::expire_waiters(Clock::time_point now) {
-  for (std::size_t i = 0; i < waiters.size();) {
-    if (waiters[i].deadline <= now) {
-      Waiter done = std::move(waiters[i]);
-      waiters.erase(waiters.begin() + i);
-      conns.at(done.conn).parked = false;
-      answer(done);
-      runnable.push_back(done.conn);
-    } else {
-      ++i;
-    }
-  }
-}
-
-void StoreServer::Impl::reply(std::uint64_t id, const proto::Response& r) {
+void StoreServer::Impl::reply(ConnId id, const proto::Response& r) {
   Conn& c = conns.at(id);
   if (c.closed) return;
   c.out += proto::frame(r);
@@ -348,7 +365,7 @@ void StoreServer::Impl::reply(std::uint64_t id, const proto::Response& r) {
 }
 
 // Sends what the socket takes now; the rest goes out on POLLOUT.
-void StoreServer::Impl::flush(std::uint64_t id) {
+void StoreServer::Impl::flush(ConnId id) {
   Conn& c = conns.at(id);
   while (!c.out.empty() && !c.closed) {
     ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
@@ -361,13 +378,16 @@ void StoreServer::Impl::flush(std::uint64_t id) {
   }
 }
 
-void StoreServer::Impl::close(std::uint64_t id, const std::string& why, LogLevel level) {
+void StoreServer::Impl::close(ConnId id, const std::string& why, LogLevel level) {
   Conn& c = conns.at(id);
   if (c.closed) return;
   log(level, "rendezvous store: closing connection from {}: {}", c.peer, why);
   c.closed = true;
   c.fd.reset();
-  std::erase_if(waiters, [id](const Waiter& w) { return w.conn == id; });
+  if (c.parked) {
+    // Answering a closed connection is a no-op: unpark just drops the indexes.
+    unpark(id);
+  }
 }
 
 }  // namespace kolo::rdv

@@ -86,6 +86,25 @@ TEST_F(StoreTest, WaitReturnsOnceEveryKeyExists) {
   writer.join();
 }
 
+TEST_F(StoreTest, WaitWithARepeatedKey) {
+  auto c = client();
+  std::thread writer([&] {
+    std::this_thread::sleep_for(30ms);
+    client()->set("d", "");
+  });
+  c->wait({"d", "d"}, 5000ms);
+  writer.join();
+}
+
+TEST_F(StoreTest, OneWaiterTimingOutLeavesTheOthersOnTheSameKeyWaiting) {
+  auto impatient = client(), patient = client();
+  std::thread t([&] { EXPECT_EQ(patient->get("x", 5000ms), "v"); });
+  EXPECT_THROW(impatient->get("x", 100ms), Error);
+  client()->set("x", "v");
+  t.join();
+  EXPECT_EQ(impatient->get("x", 0ms), "v");
+}
+
 TEST_F(StoreTest, CheckDoesNotWait) {
   auto c = client();
   EXPECT_FALSE(c->check({"x"}));
@@ -139,9 +158,9 @@ TEST_F(StoreTest, OneClientSharedByThreads) {
 }
 
 // Every client publishes a key, waits for all the others' and reads its
-// neighbour's: the rendezvous pattern of a job, at 64 ranks.
+// neighbour's: the rendezvous pattern of a job, at 256 ranks.
 TEST_F(StoreTest, ManyConcurrentClientsExchangeKeys) {
-  constexpr int kClients = 64;
+  constexpr int kClients = 256;
   std::vector<std::string> keys;
   for (int i = 0; i < kClients; ++i) keys.push_back("addr/" + std::to_string(i));
   std::atomic<int> ok{0};
