@@ -8,7 +8,7 @@ membw_src=${MEMBW_SRC:-$here/../../../shared/anchors/membw.c}
 membw=$(mktemp)
 gcc -O3 -march=native "$membw_src" -o "$membw"
 
-echo "# kolo kernels benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$here" rev-parse --short HEAD)"
+echo "# kolo kernels benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), kernels at $(git -C "$here" log -1 --format=%h -- ../../src/kernels)"
 echo "# machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB"
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (shared machine)"
 echo
