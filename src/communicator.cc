@@ -3,12 +3,15 @@
 // hands the collective to the engine.
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
 #include "engine/context.h"
 
 namespace kolo {
+
+
 
 namespace {
 
@@ -46,6 +49,22 @@ void check_root(const char* what, int root, int size) {
     fail("{}: root {} is not a rank of this communicator (size {})", what, root, size);
 }
 
+// Wraps a collective's body: number it, announce its fingerprint, run it.
+template <class F>
+auto collective(detail::Context& c, Fingerprint fp, F body) {
+  return [&c, fp, body = std::move(body)]() mutable {
+    fp.seq = ++c.seq;
+    try {
+      c.backend->begin(fp);
+      body();
+    } catch (const IoError& e) {
+      c.fail_collective(e, false);
+    } catch (const Error& e) {
+      c.fail_collective(e, true);
+    }
+  };
+}
+
 bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
   auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
   return an > 0 && bn > 0 && x < y + bn && y < x + an;
@@ -69,7 +88,8 @@ static auto allreduce_op(detail::Context& c, const void* in, void* out, std::siz
   check_buffer(what, "output", out, bytes);
   if (in != out && overlap(in, bytes, out, bytes))
     fail("{}: input and output overlap without being the same buffer", what);
-  return [&c, in, out, count, t, op] { c.backend->allreduce(in, out, count, t, op); };
+  return collective(c, fingerprint(Kind::Allreduce, t, count, op),
+                    [&c, in, out, count, t, op] { c.backend->allreduce(in, out, count, t, op); });
 }
 
 void Communicator::allreduce(const void* in, void* out, std::size_t count, DType t, Op op) {
@@ -87,7 +107,8 @@ static auto broadcast_op(detail::Context& c, void* data, std::size_t count, DTyp
   check_dtype_op(what, t, Op::Sum, false);
   check_root(what, root, c.size);
   check_buffer(what, "data", data, checked_bytes(what, count, t, 1));
-  return [&c, data, count, t, root] { c.backend->broadcast(data, count, t, root); };
+  return collective(c, fingerprint(Kind::Broadcast, t, count, Op::Sum, root),
+                    [&c, data, count, t, root] { c.backend->broadcast(data, count, t, root); });
 }
 
 void Communicator::broadcast(void* data, std::size_t count, DType t, int root) {
@@ -117,9 +138,11 @@ static auto allgatherv_op(detail::Context& c, const char* what, const void* in, 
   if (in != mine_in_out && overlap(in, mine, out, total))
     fail("{}: input overlaps the output other than at this rank's block (in place means in == out + offset of rank {})",
          what, c.rank);
-  return [&c, in, out, counts = std::move(counts), t] {
+  const bool equal = std::string_view(what) == "allgather";
+  Fingerprint fp = equal ? fingerprint(Kind::Allgather, t, counts[0]) : fingerprint_v(t, counts);
+  return collective(c, fp, [&c, in, out, counts = std::move(counts), t] {
     c.backend->allgatherv(in, out, counts, t);
-  };
+  });
 }
 
 void Communicator::allgather(const void* in, void* out, std::size_t count, DType t) {
@@ -154,7 +177,8 @@ static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std
   if (out != my_block && overlap(in, total, out, block))
     fail("{}: output overlaps the input other than at this rank's block (in place means out == in + offset of rank {})",
          what, c.rank);
-  return [&c, in, out, count, t, op] { c.backend->reduce_scatter(in, out, count, t, op); };
+  return collective(c, fingerprint(Kind::ReduceScatter, t, count, op),
+                    [&c, in, out, count, t, op] { c.backend->reduce_scatter(in, out, count, t, op); });
 }
 
 void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) {
@@ -175,7 +199,8 @@ static auto alltoall_op(detail::Context& c, const void* in, void* out, std::size
   check_buffer(what, "input", in, total);
   check_buffer(what, "output", out, total);
   if (overlap(in, total, out, total)) fail("{}: input and output must not overlap", what);
-  return [&c, in, out, count, t] { c.backend->alltoall(in, out, count, t); };
+  return collective(c, fingerprint(Kind::Alltoall, t, count),
+                    [&c, in, out, count, t] { c.backend->alltoall(in, out, count, t); });
 }
 
 void Communicator::alltoall(const void* in, void* out, std::size_t count, DType t) {
@@ -188,13 +213,17 @@ Work Communicator::alltoall_async(const void* in, void* out, std::size_t count, 
 }
 
 // ---- barrier ------------------------------------------------------------------
+static auto barrier_op(detail::Context& c) {
+  return collective(c, fingerprint(Kind::Barrier, DType::U8, 0), [&c] { c.backend->barrier(); });
+}
+
 void Communicator::barrier() {
   auto& c = ctx_of(ctx_);
-  c.engine.run([&c] { c.backend->barrier(); });
+  c.engine.run(barrier_op(c));
 }
 Work Communicator::barrier_async() {
   auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit([&c] { c.backend->barrier(); }));
+  return c.make_work(c.engine.submit(barrier_op(c)));
 }
 
 }  // namespace kolo

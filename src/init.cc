@@ -55,6 +55,7 @@ Communicator init() {
     // Each init() of a job gets its own key space (all ranks call init() equally often).
     static int communicators = 0;
     const std::string prefix = fmt::format("kolo/comm{}", communicators++);
+    ctx->prefix = prefix;
     ctx->store = rdv::connect_store(d, ctx->hosted_store);
     auto& store = *ctx->store;
     const auto timeout = std::chrono::milliseconds(config::rendezvous_timeout_ms());

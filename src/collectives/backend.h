@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 
+#include "core/fingerprint.h"
 #include "kolo/kolo.h"
 
 namespace kolo::rdv { class StoreClient; }
@@ -17,6 +18,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // Called before each collective with what this rank is about to do.
+  virtual void begin(const Fingerprint& fp) {}
+  // After a failure on this rank: make peers waiting on us fail now rather
+  // than at their timeout. The backend is unusable afterwards.
+  virtual void abort() {}
   virtual void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) = 0;
   virtual void broadcast(void* data, std::size_t count, DType t, int root) = 0;
   virtual void allgatherv(const void* in, void* out, std::span<const std::size_t> counts,

@@ -23,7 +23,7 @@ void shm_allgatherv(ShmGroup& g, const void* in, void* out, std::span<const std:
   }
   if (src != dst + my_offset) std::memcpy(dst + my_offset, src, counts[r] * es);
 
-  for (std::size_t off = 0; off < longest; off += cb) {
+  for (std::size_t off = 0; off < longest || off == 0; off += cb) {  // at least one step
     const std::uint64_t e = g.next_epoch();
     const std::size_t mine = counts[r] * es;
     if (off < mine) std::memcpy(g.slot(r, e), src + off, std::min(cb, mine - off));

@@ -15,7 +15,7 @@ void shm_alltoall(ShmGroup& g, const void* in, void* out, std::size_t count, DTy
   const auto* src = static_cast<const char*>(in);
   auto* dst = static_cast<char*>(out);
 
-  for (std::size_t at = 0; at < count; at += piece) {
+  for (std::size_t at = 0; at < count || at == 0; at += piece) {  // at least one step
     const std::size_t m = std::min(piece, count - at);
     const std::uint64_t e = g.next_epoch();
     char* mine = g.slot(r, e);

@@ -14,6 +14,8 @@ class ShmBackend final : public Backend {
       : g_(store, prefix, job_id, rank, size) {}
 
   const char* name() const override { return "shm"; }
+  void begin(const Fingerprint& fp) override { g_.begin(fp); }
+  void abort() override { g_.abort(); }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     const std::size_t bytes = count * dtype_size(t);

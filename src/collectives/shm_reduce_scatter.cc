@@ -19,7 +19,7 @@ void shm_reduce_scatter(ShmGroup& g, const void* in, void* out, std::size_t coun
   auto* dst = static_cast<char*>(out);
   const void** srcs = g.sources();
 
-  for (std::size_t at = 0; at < count; at += piece) {
+  for (std::size_t at = 0; at < count || at == 0; at += piece) {  // at least one step
     const std::size_t m = std::min(piece, count - at);
     const std::uint64_t e = g.next_epoch();
     char* mine = g.slot(r, e);

@@ -15,6 +15,8 @@ class TcpBackend final : public Backend {
       : mesh_(store, prefix, rank, size) {}
 
   const char* name() const override { return "tcp"; }
+  void begin(const Fingerprint& fp) override { mesh_.begin(fp); }
+  void abort() override { mesh_.abort(); }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     const std::size_t bytes = count * dtype_size(t);

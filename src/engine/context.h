@@ -2,6 +2,7 @@
 // backend that runs the algorithms and the engine that orders them.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -19,9 +20,17 @@ struct Context {
   std::unique_ptr<rdv::StoreServer> hosted_store;  // rank 0's, when no launcher hosts one
   std::unique_ptr<rdv::StoreClient> store;
   std::unique_ptr<collectives::Backend> backend;
+  std::string prefix;  // this communicator's key space in the store
+  std::uint64_t seq = 0;  // collectives run so far (touched by the engine's running op only)
   Engine engine;  // declared last: destroyed first, so queued work finishes before the backend goes
 
   Work make_work(std::shared_ptr<WorkState> s) { return Work(std::move(s)); }
+
+  // A collective failed on this rank. A first-hand failure (mismatch, bad
+  // state) is posted to the store for the others; a consequence (a peer hung
+  // up or aborted) is explained with what the peers posted. Then the backend
+  // aborts so that peers waiting on us fail now, and the error is rethrown.
+  [[noreturn]] void fail_collective(const Error& e, bool first_hand);
 };
 
 }  // namespace kolo::detail

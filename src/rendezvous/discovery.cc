@@ -36,7 +36,6 @@ constexpr Launcher kLaunchers[] = {
 
 // An empty value counts as unset, as `RANK= ./train` means.
 const std::string* var(const Env& env, const char* name) {
-  if (name == nullptr) return nullptr;
   auto it = env.find(name);
   return it == env.end() || it->second.empty() ? nullptr : &it->second;
 }

@@ -6,6 +6,18 @@
 //   Open MPI:        OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE
 //   MPICH/Hydra:     PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
 //   Slurm:           SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_NODELIST
+// The first launcher whose rank or size variable is set wins.
+//
+// Where the store is:
+//   kolo      KOLO_STORE_ADDR; kolorun hosts the store.
+//   torchrun  rank 0 hosts it at MASTER_ADDR:MASTER_PORT, or MASTER_PORT+1 under
+//             real torchrun (TORCHELASTIC_RUN_ID set), whose own store holds MASTER_PORT.
+//   Slurm     rank 0 hosts it on the first host of SLURM_STEP_NODELIST, on a port
+//             in 20000..39999 hashed from the job and step ids.
+//   others    not known: rank 0 hosts it and publishes the address in a file
+//             in /tmp (one-host jobs only).
+// KOLO_STORE_ADDR=host:port overrides the address under every launcher; it is
+// how the ranks of a multi-host mpirun learn where rank 0 hosts the store.
 #pragma once
 
 #include <map>

@@ -62,8 +62,8 @@ StoreClient::StoreClient(const std::string& host, int port, Millis connect_timeo
            port, connect_timeout.count(), why);
     // The store may not be up yet (it starts with rank 0 or kolorun): retry,
     // backing off so that many waiting ranks do not flood it.
-    std::this_thread::sleep_for(std::min({backoff, Millis{500}, left}));
-    backoff *= 2;
+    std::this_thread::sleep_for(std::min(backoff, left));
+    backoff = std::min(backoff * 2, Millis{500});
   }
   // Authentication goes here: once a per-job secret exists, the client reads
   // the server's nonce and answers it before sending any request (see the

@@ -95,6 +95,12 @@ ShmGroup::~ShmGroup() {
   if (base_ != nullptr && base_ != MAP_FAILED) munmap(base_, bytes_);
 }
 
+void ShmGroup::abort() {
+  Flag& f = flags_[rank_];
+  f.aborted.store(1, std::memory_order_seq_cst);
+  syscall(SYS_futex, futex_word(f.epoch), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
 void ShmGroup::publish(std::uint64_t e) {
   Flag& f = flags_[rank_];
   f.epoch.store(e, std::memory_order_seq_cst);
@@ -103,9 +109,25 @@ void ShmGroup::publish(std::uint64_t e) {
     syscall(SYS_futex, futex_word(f.epoch), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
+void ShmGroup::begin(const Fingerprint& fp) {
+  previous_ = current_;
+  current_ = fp;
+  flags_[rank_].fp[fp.seq % 2] = fp;  // published by the next publish()'s release store
+  unchecked_ = true;
+}
+
 void ShmGroup::wait_all(std::uint64_t e, const char* what) {
   for (int q = 0; q < size_; ++q)
     if (flags_[q].epoch.load(std::memory_order_acquire) < e) wait_for(q, e, what);
+  if (unchecked_) check_fingerprints();
+}
+
+void ShmGroup::check_fingerprints() {
+  unchecked_ = false;
+  for (int q = 0; q < size_; ++q) {
+    const Fingerprint theirs = flags_[q].fp[current_.seq % 2];
+    if (!(theirs == current_)) fail_mismatch(current_, previous_, rank_, theirs, q);
+  }
 }
 
 // Spin briefly (the peer is usually well under a microsecond behind), then
@@ -113,8 +135,13 @@ void ShmGroup::wait_all(std::uint64_t e, const char* what) {
 // that the peer is still alive.
 void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   Flag& f = flags_[peer];
+  auto check_aborted = [&] {
+    if (f.aborted.load(std::memory_order_relaxed))
+      fail_io("{}: rank {} failed and left the collective", what, peer);
+  };
   for (int i = 0; i < spins_; ++i) {
     if (f.epoch.load(std::memory_order_acquire) >= e) return;
+    if ((i & 255) == 0) check_aborted();
     _mm_pause();
   }
   using Clock = std::chrono::steady_clock;
@@ -130,6 +157,7 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
               nullptr, 0);
     f.sleepers.fetch_sub(1, std::memory_order_relaxed);
     if (f.epoch.load(std::memory_order_acquire) >= e) return;
+    check_aborted();
 
     pid_t pid = f.pid.load(std::memory_order_relaxed);
     if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)

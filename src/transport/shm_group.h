@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fingerprint.h"
 #include "rendezvous/store.h"
 
 namespace kolo::transport {
@@ -44,6 +45,11 @@ class ShmGroup {
   char* slot(int rank, std::uint64_t epoch) const {
     return slots_ + (static_cast<std::size_t>(rank) * kSlots + epoch % kSlots) * chunk_;
   }
+  // Starts a collective: its fingerprint is compared with every rank's at the
+  // collective's first wait_all (every shm collective synchronises at least once).
+  void begin(const Fingerprint& fp);
+  // Tells every rank waiting on this one that it failed (they fail at once).
+  void abort();
   // Marks this rank as having written its slot for epoch e.
   void publish(std::uint64_t e);
   // Waits until every rank has published e; fails naming the rank that died
@@ -64,11 +70,16 @@ class ShmGroup {
   // One per rank, on its own pair of cache lines. The low half of `epoch` is
   // also the futex word sleepers wait on; `sleepers` tells the publisher
   // whether a wake-up call is needed at all.
+  // Two fingerprints, by collective parity: a rank can be at most one
+  // collective ahead of the slowest one still comparing.
   struct alignas(128) Flag {
     std::atomic<std::uint64_t> epoch;
     std::atomic<std::int32_t> sleepers;
     std::atomic<std::int32_t> pid;
+    std::atomic<std::int32_t> aborted;
+    Fingerprint fp[2];
   };
+  void check_fingerprints();
   void wait_for(int peer, std::uint64_t e, const char* what);
 
   int rank_;
@@ -81,6 +92,8 @@ class ShmGroup {
   std::uint64_t epoch_ = 0;
   std::int64_t timeout_ms_;
   int spins_;  // busy-wait iterations before sleeping: few when ranks outnumber cores
+  Fingerprint current_, previous_;
+  bool unchecked_ = false;  // current_ not yet compared with the other ranks'
   std::vector<const void*> sources_;
 };
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fingerprint.h"
 #include "rendezvous/store.h"
 #include "transport/socket.h"
 
@@ -40,6 +41,14 @@ class TcpMesh {
   // connects to every other rank and checks each peer's identity.
   TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size);
 
+  // Starts a collective: the first bytes this rank sends to each peer in it
+  // are preceded by fp, and the first bytes from each peer must be preceded
+  // by an equal fingerprint, or the collective fails with both calls named.
+  void begin(const Fingerprint& fp);
+
+  // Shuts every connection down: peers blocked on us see end-of-stream at once.
+  void abort();
+
   int rank() const { return rank_; }
   int size() const { return size_; }
 
@@ -62,8 +71,17 @@ class TcpMesh {
   void wait_io(std::span<SendOp> sends, std::span<RecvOp> recvs, Clock::time_point deadline,
                const char* what);
 
+  // Moves header and data bytes in one system call; returns bytes of data moved
+  // (0 when the socket would block) and advances the header counter.
+  std::size_t send_some(int peer, const char* data, std::size_t len);
+  std::size_t recv_some(int peer, char* data, std::size_t len, const char* what);
+
+  static constexpr std::size_t kHeader = sizeof(Fingerprint);
   int rank_;
   int size_;
+  Fingerprint current_, previous_;
+  std::vector<std::size_t> hdr_sent_, hdr_recvd_;  // header bytes moved, per peer
+  std::vector<Fingerprint> hdr_in_;
   Listener listener_;
   std::vector<Fd> peers_;  // peers_[rank_] is empty
   std::vector<pollfd> pollfds_;
@@ -78,8 +96,8 @@ void TcpMesh::exchange(std::span<SendOp> sends, std::span<RecvOp> recvs, const c
     bool moved = false;
     if (try_io(sends, recvs, moved, what)) on_progress(recvs);
     bool all_done = true;
-    for (auto& s : sends) all_done &= s.done == s.len;
-    for (auto& r : recvs) all_done &= r.done == r.len;
+    for (auto& s : sends) all_done &= s.done == s.len && hdr_sent_[s.peer] == kHeader;
+    for (auto& r : recvs) all_done &= r.done == r.len && hdr_recvd_[r.peer] == kHeader;
     if (all_done) return;
     if (moved) {
       deadline = Clock::now() + timeout_;

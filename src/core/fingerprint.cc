@@ -1,0 +1,71 @@
+#include "core/fingerprint.h"
+
+#include "core/error.h"
+
+namespace kolo {
+
+namespace {
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::Allreduce: return "allreduce";
+    case Kind::Broadcast: return "broadcast";
+    case Kind::Allgather: return "allgather";
+    case Kind::Allgatherv: return "allgatherv";
+    case Kind::ReduceScatter: return "reduce_scatter";
+    case Kind::Alltoall: return "alltoall";
+    case Kind::Barrier: return "barrier";
+  }
+  return "?";
+}
+}  // namespace
+
+std::string Fingerprint::call() const {
+  if (magic != kMagic) return "something that is not a kolo collective";
+  switch (kind) {
+    case Kind::Barrier: return "barrier()";
+    case Kind::Broadcast: return fmt::format("broadcast({}, {}, root={})", dtype_name(dtype), count, root);
+    case Kind::Allreduce:
+    case Kind::ReduceScatter:
+      return fmt::format("{}({}, {}, {})", kind_name(kind), dtype_name(dtype), count, op_name(op));
+    case Kind::Allgatherv:
+      return fmt::format("allgatherv({}, {} in total, counts hash {:016x})", dtype_name(dtype), count, extra);
+    default: return fmt::format("{}({}, {})", kind_name(kind), dtype_name(dtype), count);
+  }
+}
+
+Fingerprint fingerprint(Kind k, DType t, std::size_t count, Op op, int root) {
+  Fingerprint f;
+  f.kind = k;
+  f.dtype = t;
+  f.count = count;
+  f.op = (k == Kind::Allreduce || k == Kind::ReduceScatter) ? op : Op::Sum;
+  f.root = root;
+  return f;
+}
+
+Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts) {
+  Fingerprint f = fingerprint(Kind::Allgatherv, t, 0);
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the counts
+  for (std::size_t c : counts) {
+    f.count += c;
+    h = (h ^ c) * 1099511628211ull;
+  }
+  f.extra = h;
+  return f;
+}
+
+void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, int my_rank,
+                   const Fingerprint& theirs, int their_rank) {
+  if (theirs.magic == Fingerprint::kMagic && previous.seq != 0 && theirs.seq == previous.seq &&
+      !(theirs == previous))
+    fail("mismatched collectives at collective #{}: rank {} called {} while rank {} (this rank) "
+         "called {} (and went on to #{} {})",
+         previous.seq, their_rank, theirs.call(), my_rank, previous.call(), mine.seq, mine.call());
+  if (theirs.magic == Fingerprint::kMagic && theirs.seq != mine.seq)
+    fail("collectives out of step: rank {} is at collective #{} ({}) while rank {} (this rank) is at #{} ({})",
+         their_rank, theirs.seq, theirs.call(), my_rank, mine.seq, mine.call());
+  fail("mismatched collectives at collective #{}: rank {} called {} while rank {} (this rank) called {}",
+       mine.seq, their_rank, theirs.call(), my_rank, mine.call());
+}
+
+}  // namespace kolo

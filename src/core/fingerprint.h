@@ -1,0 +1,48 @@
+// What a rank says it is doing at each position of the collective stream.
+// Ranks compare fingerprints at the first synchronisation of every collective
+// (shared memory: in the flag line; TCP: a header before the first bytes to
+// each peer), so ranks calling different collectives get an error that shows
+// both calls instead of a hang or garbage.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "kolo/kolo.h"
+
+namespace kolo {
+
+enum class Kind : std::uint8_t { Allreduce, Broadcast, Allgather, Allgatherv, ReduceScatter, Alltoall, Barrier };
+
+// Plain bytes: it travels through shared memory and sockets as is.
+struct Fingerprint {
+  std::uint64_t seq = 0;    // position in this communicator's stream, from 1
+  std::uint64_t count = 0;  // elements (allgatherv: the total)
+  std::uint64_t extra = 0;  // allgatherv: a hash of the per-rank counts
+  Kind kind = Kind::Barrier;
+  DType dtype = DType::U8;
+  Op op = Op::Sum;
+  std::uint8_t pad = 0;
+  std::int32_t root = -1;
+  std::uint32_t magic = kMagic;
+
+  static constexpr std::uint32_t kMagic = 0x6b6f6670;  // "kofp"
+  bool operator==(const Fingerprint&) const = default;
+  // e.g. "allreduce(f32, 1000, sum)" or "broadcast(f32, 1000, root=0)".
+  std::string call() const;
+};
+static_assert(sizeof(Fingerprint) == 40);
+
+Fingerprint fingerprint(Kind k, DType t, std::size_t count, Op op = Op::Sum, int root = -1);
+Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts);
+
+// Throws the mismatch error: "collective #57: rank 1 called allreduce(f32,
+// 1000, sum) while rank 0 (this rank) called broadcast(f32, 1000, root=0)".
+// `previous` is this rank's collective before `mine`: a peer still at that
+// position is compared with it (this rank went on because its part of the
+// previous collective needed nothing from that peer).
+[[noreturn]] void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, int my_rank,
+                                const Fingerprint& theirs, int their_rank);
+
+}  // namespace kolo

@@ -1,0 +1,61 @@
+// Ranks that disagree about the 6th collective: rank 1 differs in the op,
+// dtype, count, root or reduction (argv[1]). Every rank must fail with an
+// error that shows both calls. Prints "caught: <error>" and exits 3 on
+// failure, 0 if the mismatch went unnoticed (which the test treats as a
+// failure). With a directory as argv[2], a failed rank waits (up to 30 s)
+// until every rank has left a file there before exiting, so that kolorun's
+// teardown after the first exit cannot cut another rank's report short.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kolo/kolo.h"
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "op";
+  try {
+    kolo::Communicator comm = kolo::init();
+    std::vector<float> f(1000, 1.0f);
+    std::vector<double> d(1000, 1.0);
+    for (int i = 0; i < 5; ++i) comm.allreduce(f.data(), f.size(), kolo::Op::Sum);
+    const bool odd = comm.rank() == 1;
+    if (what == "op") {
+      if (odd) comm.broadcast(f.data(), f.size(), kolo::DType::F32, 0);
+      else comm.allreduce(f.data(), f.size(), kolo::Op::Sum);
+    } else if (what == "dtype") {
+      if (odd) comm.allreduce(d.data(), d.size(), kolo::Op::Sum);
+      else comm.allreduce(f.data(), f.size(), kolo::Op::Sum);
+    } else if (what == "count") {
+      comm.allreduce(f.data(), odd ? 999 : 1000, kolo::Op::Sum);
+    } else if (what == "root") {
+      comm.broadcast(f.data(), f.size(), kolo::DType::F32, odd ? 1 : 0);
+    } else if (what == "reduction") {
+      comm.allreduce(f.data(), f.size(), odd ? kolo::Op::Max : kolo::Op::Sum);
+    }
+    comm.barrier();
+    std::printf("no error\n");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "caught: %s\n", e.what());
+    if (argc > 2) {
+      namespace fs = std::filesystem;
+      const int size = std::atoi(std::getenv("KOLO_SIZE"));
+      std::ofstream(fs::path(argv[2]) / ("done." + std::string(std::getenv("KOLO_RANK"))));
+      for (int i = 0; i < 3000; ++i) {
+        int done = 0;
+        for (auto& f : fs::directory_iterator(argv[2])) done += f.path().filename().string().rfind("done.", 0) == 0;
+        if (done >= size) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    return 3;
+  }
+}

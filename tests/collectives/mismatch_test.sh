@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Mismatched collectives on 3 ranks, both transports: every rank must fail
+# with the mismatch error showing both calls, and kolorun must exit non-zero.
+#   mismatch_test.sh KOLORUN MISMATCH_BINARY
+set -u
+KOLORUN=$1 BIN=$2
+fail=0
+out=$(mktemp)
+dir=$(mktemp -d)
+trap 'rm -rf "$out" "$dir"' EXIT
+
+check() {  # transport kind expected-call-of-rank-1 expected-call-of-rank-0
+  local transport=$1 kind=$2 odd=$3 even=$4
+  rm -f "$dir"/done.*
+  KOLO_TRANSPORT=$transport timeout 120 "$KOLORUN" -np 3 "$BIN" "$kind" "$dir" > "$out" 2>&1
+  local rc=$?
+  local ok=1
+  [ $rc -ne 0 ] || { echo "FAILED $transport/$kind: kolorun exited 0"; ok=0; }
+  for r in 0 1 2; do
+    local line
+    # The rank's error (with any causes its peers reported, on the lines
+    # after it) shows rank 1's call and the others' call at collective #6.
+    line=$(grep "^\[$r\] " "$out")
+    grep -q "^\[$r\] caught: kolo rank $r:" "$out" || { echo "FAILED $transport/$kind: rank $r reported no error"; ok=0; }
+    if ! grep -qF "$odd" <<< "$line" || ! grep -qF "$even" <<< "$line" || ! grep -q "#6" <<< "$line"; then
+      echo "FAILED $transport/$kind: rank $r's error does not show both calls:"; echo "  $line"; ok=0
+    fi
+  done
+  if [ $ok -eq 1 ]; then echo "ok: $transport/$kind"; else fail=1; echo "--- output:"; cat "$out"; fi
+}
+
+for t in shm tcp; do
+  check $t op "broadcast(f32, 1000, root=0)" "allreduce(f32, 1000, sum)"
+  check $t dtype "allreduce(f64, 1000, sum)" "allreduce(f32, 1000, sum)"
+  check $t count "allreduce(f32, 999, sum)" "allreduce(f32, 1000, sum)"
+  check $t root "broadcast(f32, 1000, root=1)" "broadcast(f32, 1000, root=0)"
+  check $t reduction "allreduce(f32, 1000, max)" "allreduce(f32, 1000, sum)"
+done
+exit $fail
