@@ -13,7 +13,7 @@ bool takes_op(Coll c) { return c == Coll::Allreduce || c == Coll::ReduceScatter;
 // nccl-tests' "in place" is meaningful only where the API has that form.
 const char* placement(Coll c, bool inplace) {
   if (c == Coll::Broadcast) return "in place";
-  if (c == Coll::Barrier) return "-";
+  if (c == Coll::Barrier) return "no data";
   if (c == Coll::Alltoall) return "out of place (alltoall has no in-place form)";
   return inplace ? "in place" : "out of place";
 }
