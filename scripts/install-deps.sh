@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   cmake ninja-build g++ pkg-config ccache git procps  # build
   libgtest-dev libbenchmark-dev                       # tests, micro-benchmarks
+  clang libclang-rt-14-dev                            # libFuzzer targets
   libhwy-dev                                          # SIMD reduction kernels
   libcli11-dev libfmt-dev                             # command lines, formatting
   libsodium-dev                                       # job secret authentication

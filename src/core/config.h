@@ -29,8 +29,13 @@ inline std::int64_t allreduce_small_bytes() { return env_int("KOLO_ALLREDUCE_SMA
 inline std::string allreduce_algo() { return env_str("KOLO_ALLREDUCE_ALGO", "auto"); }
 
 // --- failure handling ------------------------------------------------------
-// Longest a rank waits for a peer inside a collective before failing (ms).
+// Longest a rank waits for a peer inside a collective before failing (ms); 0: no limit.
 inline std::int64_t timeout_ms() { return env_int("KOLO_TIMEOUT_MS", 300000); }
+// A rank waiting this long inside a collective logs which ranks it waits for (ms).
+inline std::int64_t stall_warn_ms() { return env_int("KOLO_STALL_WARN_MS", 60000); }
+// A peer whose host stops answering (no FIN, e.g. a dead machine) is declared
+// lost after this long: TCP keep-alive and TCP_USER_TIMEOUT on data sockets (ms).
+inline std::int64_t peer_timeout_ms() { return env_int("KOLO_PEER_TIMEOUT_MS", 10000); }
 // Longest init() waits for all ranks to arrive at the rendezvous (ms).
 inline std::int64_t rendezvous_timeout_ms() { return env_int("KOLO_RENDEZVOUS_TIMEOUT_MS", 120000); }
 

@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace kolo::transport {
 
@@ -39,6 +40,7 @@ std::string random_suffix() {
 ShmGroup::ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id,
                    int rank, int size)
     : rank_(rank), size_(size), timeout_ms_(config::timeout_ms()),
+      stall_warn_ms_(config::stall_warn_ms()),
       spins_(size <= static_cast<int>(std::thread::hardware_concurrency()) ? 20000 : 50),
       sources_(size) {
   chunk_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(config::shm_chunk_bytes(), 4096)), kPage);
@@ -146,6 +148,7 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   }
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  auto warn_at = start + std::chrono::milliseconds(stall_warn_ms_);
   const timespec tick{0, 5 * 1000 * 1000};
   for (;;) {
     std::uint64_t seen = f.epoch.load(std::memory_order_acquire);
@@ -162,8 +165,17 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
     pid_t pid = f.pid.load(std::memory_order_relaxed);
     if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
       fail_io("{}: rank {} (pid {}) died", what, peer, pid);
-    auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-    if (waited > timeout_ms_)
+    const auto now = Clock::now();
+    auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
+    if (now >= warn_at) {
+      warn_at = now + std::chrono::milliseconds(stall_warn_ms_);
+      const Fingerprint& a = f.fp[0];
+      const Fingerprint& b = f.fp[1];
+      const Fingerprint& theirs = a.seq > b.seq ? a : b;
+      log(LogLevel::Warn, "stall: collective #{} {} ({}) has waited {} ms for rank {}, which is at collective #{} {}",
+          current_.seq, current_.call(), what, waited, peer, theirs.seq, theirs.seq ? theirs.call() : "(none yet)");
+    }
+    if (timeout_ms_ > 0 && waited > timeout_ms_)
       fail_io("{}: timed out after {} ms waiting for rank {}", what, waited, peer);
   }
 }

@@ -91,6 +91,7 @@ class ShmGroup {
   char* slots_ = nullptr;
   std::uint64_t epoch_ = 0;
   std::int64_t timeout_ms_;
+  std::int64_t stall_warn_ms_;
   int spins_;  // busy-wait iterations before sleeping: few when ranks outnumber cores
   Fingerprint current_, previous_;
   bool unchecked_ = false;  // current_ not yet compared with the other ranks'

@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace kolo::transport {
 
@@ -31,7 +32,9 @@ std::pair<std::string, int> split_addr(const std::string& addr) {
 TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size)
     : rank_(rank), size_(size), hdr_sent_(size, kHeader), hdr_recvd_(size, kHeader),
       hdr_in_(size), peers_(size),
-      timeout_(std::chrono::milliseconds(config::timeout_ms())) {
+      timeout_(std::chrono::milliseconds(config::timeout_ms() > 0 ? config::timeout_ms()
+                                                                   : std::int64_t{1} << 40)),
+      stall_warn_(std::chrono::milliseconds(config::stall_warn_ms())) {
   listener_ = listen_on("0.0.0.0");
   store.set(fmt::format("{}/addr/{}", prefix, rank),
             fmt::format("{}:{}", store.local_address(), listener_.port));
@@ -139,6 +142,17 @@ bool TcpMesh::try_io(std::span<SendOp> sends, std::span<RecvOp> recvs, bool& mov
     }
   }
   return received;
+}
+
+void TcpMesh::warn_stall(std::span<SendOp> sends, std::span<RecvOp> recvs, const char* what) {
+  std::string waiting;
+  for (auto& r : recvs)
+    if (r.done < r.len || hdr_recvd_[r.peer] < kHeader)
+      waiting += fmt::format(" {} ({} of {} bytes received)", r.peer, r.done, r.len);
+  for (auto& s : sends)
+    if (s.done < s.avail) waiting += fmt::format(" {} (not taking data)", s.peer);
+  log(LogLevel::Warn, "stall: collective #{} {} ({}) has made no progress for {} ms; waiting for rank(s){}",
+      current_.seq, current_.call(), what, stall_warn_.count(), waiting);
 }
 
 void TcpMesh::wait_io(std::span<SendOp> sends, std::span<RecvOp> recvs,

@@ -68,6 +68,7 @@ class TcpMesh {
   // One pass of non-blocking I/O; returns whether any receive progressed and
   // sets `moved` if any byte moved at all.
   bool try_io(std::span<SendOp> sends, std::span<RecvOp> recvs, bool& moved, const char* what);
+  void warn_stall(std::span<SendOp> sends, std::span<RecvOp> recvs, const char* what);
   void wait_io(std::span<SendOp> sends, std::span<RecvOp> recvs, Clock::time_point deadline,
                const char* what);
 
@@ -86,12 +87,14 @@ class TcpMesh {
   std::vector<Fd> peers_;  // peers_[rank_] is empty
   std::vector<pollfd> pollfds_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds stall_warn_;
 };
 
 template <class OnProgress>
 void TcpMesh::exchange(std::span<SendOp> sends, std::span<RecvOp> recvs, const char* what,
                        OnProgress&& on_progress) {
   auto deadline = Clock::now() + timeout_;
+  auto warn_at = Clock::now() + stall_warn_;
   for (;;) {
     bool moved = false;
     if (try_io(sends, recvs, moved, what)) on_progress(recvs);
@@ -101,7 +104,12 @@ void TcpMesh::exchange(std::span<SendOp> sends, std::span<RecvOp> recvs, const c
     if (all_done) return;
     if (moved) {
       deadline = Clock::now() + timeout_;
+      warn_at = Clock::now() + stall_warn_;
       continue;
+    }
+    if (Clock::now() >= warn_at) {
+      warn_stall(sends, recvs, what);
+      warn_at = Clock::now() + stall_warn_;
     }
     wait_io(sends, recvs, deadline, what);
   }
