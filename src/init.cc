@@ -31,11 +31,29 @@ std::string host_identity() {
   return host + "/" + boot_id;
 }
 
-void store_barrier(rdv::StoreClient& store, const std::string& name, int rank, int size) {
-  store.set(fmt::format("{}/{}", name, rank), "1");
+// Waits until every rank has set <name>/<rank>; the error lists the ranks
+// that never arrived (not just store keys).
+void wait_for_ranks(rdv::StoreClient& store, const std::string& name, int size,
+                    std::chrono::milliseconds timeout) {
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/{}", name, r));
-  store.wait(keys, std::chrono::milliseconds(config::rendezvous_timeout_ms()));
+  try {
+    store.wait(keys, timeout);
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error&) {
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < size; ++r)
+      if (!store.check({keys[r]})) missing += (count++ ? ", " : "") + std::to_string(r);
+    fail("rendezvous: {} of {} ranks never arrived within {} ms: rank{} {} (did they start, with the same launcher variables?)",
+         count, size, timeout.count(), count == 1 ? "" : "s", missing);
+  }
+}
+
+void store_barrier(rdv::StoreClient& store, const std::string& name, int rank, int size) {
+  store.set(fmt::format("{}/{}", name, rank), "1");
+  wait_for_ranks(store, name, size, std::chrono::milliseconds(config::rendezvous_timeout_ms()));
 }
 
 }  // namespace
@@ -62,6 +80,7 @@ Communicator init() {
 
     const std::string me = host_identity();
     store.set(fmt::format("{}/host/{}", prefix, d.rank), me);
+    wait_for_ranks(store, prefix + "/host", d.size, timeout);
     int local_rank = 0, local_size = 0;
     for (int r = 0; r < d.size; ++r) {
       const bool same = store.get(fmt::format("{}/host/{}", prefix, r), timeout) == me;
