@@ -34,6 +34,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <functional>
 #include <mutex>
 #include <unordered_set>
@@ -295,13 +296,13 @@ void DistributedOptimizer::Impl::synchronize() {
   std::unique_lock<std::mutex> lock(mu);
   if (synchronized) return;
   // Everything backward did not hand over, in bucket order.
-  std::vector<std::string> missing;
+  std::vector<std::size_t> missing;
   for (auto& b : buckets) {
     if (b.launched) continue;
     for (auto pi : b.params) {
       auto& p = params[pi];
       if (p.ready) continue;
-      if (!p.seen && !o.find_unused_parameters) missing.push_back(p.name);
+      if (!p.seen && !o.find_unused_parameters) missing.push_back(pi);
       fill(pi);
     }
     b.pending = 0;
@@ -320,9 +321,11 @@ void DistributedOptimizer::Impl::synchronize() {
   if (comm_error) std::rethrow_exception(comm_error);
   if (!errs.empty()) throw Error(err(errs.front()));
   if (!missing.empty()) {
+    // params[] is in reverse registration order; name them in the module's order.
+    std::sort(missing.rbegin(), missing.rend());
     std::string names;
     for (std::size_t i = 0; i < missing.size() && i < 10; ++i)
-      names += (i ? ", '" : "'") + missing[i] + "'";
+      names += (i ? ", '" : "'") + params[missing[i]].name + "'";
     if (missing.size() > 10) names += fmt::format(" and {} more", missing.size() - 10);
     throw Error(err(fmt::format(
         "{} {} received no gradient in this step; pass find_unused_parameters=true if that is "

@@ -1,0 +1,446 @@
+// torch_rank_prog: the rank side of kolo_torch's tests. torch_test (the
+// GoogleTest driver) runs it under kolorun in one of several modes and
+// asserts on the files it writes, its output and its exit status.
+//
+//   equiv     K SGD steps on a fixed synthetic data set; rank r of N takes
+//             rows [r·b, (r+1)·b) of each global batch of N·b rows, so a
+//             1-rank run with --batch N·b sees the same samples. Checks after
+//             broadcast_parameters and after every step that all ranks hold
+//             bit-identical parameters; rank 0 writes the final ones (--out).
+//   resume    trains with DistributedSampler + LinearScalingWarmup, writes a
+//             checkpoint at --ckpt-at; with --resume-from it loads one first;
+//             rank 0 writes the final parameters.
+//   ckpt_kill saves checkpoint v1, then limits the file size (RLIMIT_FSIZE)
+//             and saves v2, which the kernel kills midway with SIGXFSZ.
+//   ckpt_load loads a checkpoint (collectively) and prints a parameter value.
+//   ckpt_save writes a small valid checkpoint.
+//   unused    rank 1 (or every rank with --all) skips a layer in forward.
+//   sparse    a sparse embedding gradient.
+//   mismatch  rank 1 has a different layer shape at broadcast_parameters.
+//   optstate  broadcast_optimizer_state makes rank-specific states equal.
+//   tensors   broadcast / allreduce / allreduce_scalar on tensors.
+//   loader    TorchSampler with torch::data::make_data_loader.
+//
+// Exit status: 0 ok, 2 a check failed (message on stderr), 3 an exception
+// (its text on stderr, which the driver asserts on).
+#include <sys/resource.h>
+
+#include <kolo/torch.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+using kolo::torch::DistributedOptimizer;
+using kolo::torch::DistributedOptimizerOptions;
+
+struct Args {
+  std::map<std::string, std::string> kv;
+  std::string get(const std::string& k, const std::string& def = "") const {
+    auto it = kv.find(k);
+    return it == kv.end() ? def : it->second;
+  }
+  long num(const std::string& k, long def) const {
+    auto it = kv.find(k);
+    return it == kv.end() ? def : std::stol(it->second);
+  }
+  double real(const std::string& k, double def) const {
+    auto it = kv.find(k);
+    return it == kv.end() ? def : std::stod(it->second);
+  }
+  bool flag(const std::string& k) const { return kv.count(k) > 0; }
+};
+
+[[noreturn]] void check_failed(const std::string& what) {
+  std::fprintf(stderr, "CHECK FAILED: %s\n", what.c_str());
+  std::exit(2);
+}
+
+// conv + two linear layers: parameters of several shapes and both 4-D and 2-D grads.
+struct Net : torch::nn::Module {
+  explicit Net(int hidden = 16) {
+    conv = register_module("conv", torch::nn::Conv2d(1, 4, 3));
+    fc1 = register_module("fc1", torch::nn::Linear(4 * 6 * 6, hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, 5));
+  }
+  torch::Tensor forward(torch::Tensor x, bool use_fc2 = true) {
+    x = torch::relu(fc1(torch::flatten(torch::relu(conv(x)), 1)));
+    return use_fc2 ? fc2(x) : x.narrow(1, 0, 5);
+  }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+struct Data {
+  torch::Tensor x, y;
+};
+
+Data make_data(std::int64_t n) {
+  torch::manual_seed(1234);
+  return {torch::randn({n, 1, 8, 8}), torch::randint(0, 5, {n}, torch::kInt64)};
+}
+
+// Every parameter, flattened, in named_parameters() order.
+torch::Tensor flat_params(const torch::nn::Module& m) {
+  std::vector<torch::Tensor> v;
+  for (const auto& p : m.parameters()) v.push_back(p.detach().reshape({-1}));
+  return torch::cat(v);
+}
+
+// All ranks must hold bit-identical parameters.
+void check_identical(kolo::Communicator& comm, const torch::nn::Module& m, const std::string& when) {
+  auto mine = flat_params(m).contiguous();
+  auto root = mine.clone();
+  kolo::torch::broadcast(comm, root, 0);
+  std::int32_t differ = std::memcmp(mine.data_ptr(), root.data_ptr(), mine.numel() * 4) != 0;
+  comm.allreduce(&differ, 1, kolo::Op::Max);
+  if (differ) check_failed("parameters differ between ranks " + when);
+}
+
+void write_params(const torch::nn::Module& m, const std::string& path) {
+  std::ofstream out(path);
+  for (const auto& item : m.named_parameters()) {
+    auto t = item.value().detach().contiguous().to(torch::kFloat64);
+    out << item.key() << ' ' << t.numel() << '\n';
+    auto* p = t.data_ptr<double>();
+    char buf[64];
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      std::snprintf(buf, sizeof buf, "%.9g\n", p[i]);
+      out << buf;
+    }
+  }
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+DistributedOptimizerOptions optimizer_options(const Args& a) {
+  DistributedOptimizerOptions o;
+  o.backward_passes_per_step = static_cast<int>(a.num("accumulate", 1));
+  const auto c = a.get("compression", "none");
+  o.compression = c == "bf16"   ? kolo::torch::Compression::BF16
+                  : c == "fp16" ? kolo::torch::Compression::FP16
+                                : kolo::torch::Compression::None;
+  o.gradient_predivide_factor = a.real("predivide", 1.0);
+  o.reduction = a.flag("sum") ? kolo::torch::Reduction::Sum : kolo::torch::Reduction::Average;
+  o.overlap = !a.flag("no-overlap");
+  o.find_unused_parameters = a.flag("find-unused");
+  if (a.flag("small-buckets")) {  // many buckets: exercises their ordering
+    o.first_bucket_cap_bytes = 64;
+    o.bucket_cap_bytes = 1024;
+  }
+  return o;
+}
+
+int mode_equiv(kolo::Communicator& comm, const Args& a) {
+  const int N = comm.size(), r = comm.rank();
+  const long K = a.num("steps", 8), b = a.num("batch", 8);
+  const long acc = a.num("accumulate", 1);
+  if (b % acc) check_failed("batch must be a multiple of accumulate");
+  const long global = b * N;
+  Data d = make_data(4096);
+
+  // Different initial parameters on purpose (broadcast_parameters must fix
+  // them); rank 0's are those of the 1-rank baseline.
+  torch::manual_seed(7 + static_cast<std::uint64_t>(r));
+  Net net;
+  kolo::torch::broadcast_parameters(comm, net, 0);
+  check_identical(comm, net, "after broadcast_parameters");
+
+  double lr = a.real("lr", 0.1);
+  if (a.flag("sum")) lr /= N;  // Sum of N per-rank means = N × the global mean
+  DistributedOptimizer opt(
+      comm, net,
+      std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(lr).momentum(0.9)),
+      optimizer_options(a));
+
+  if (a.flag("noncontig")) {  // gradients with transposed strides
+    for (auto& p : net.parameters())
+      if (p.dim() == 2)  // column-major, not a view (zero_grad() detaches in place)
+        p.mutable_grad() = torch::empty_strided(p.sizes(), {1, p.size(0)}).zero_();
+  }
+
+  for (long s = 0; s < K; ++s) {
+    opt.zero_grad();
+    const long base = (s * global) % (d.x.size(0) - global) + r * b;
+    const long micro = b / acc;
+    for (long m = 0; m < acc; ++m) {
+      auto rows = torch::arange(base + m * micro, base + (m + 1) * micro, torch::kInt64);
+      auto out = net.forward(d.x.index_select(0, rows));
+      auto loss = torch::nn::functional::cross_entropy(out, d.y.index_select(0, rows));
+      (acc > 1 ? loss / static_cast<double>(acc) : loss).backward();
+    }
+    opt.step();
+    check_identical(comm, net, "after step " + std::to_string(s + 1));
+  }
+  if (a.flag("noncontig"))
+    for (auto& p : net.parameters())
+      if (p.dim() == 2 && p.grad().is_contiguous()) check_failed("the test's gradients became contiguous");
+  if (r == 0 && !a.get("out").empty()) write_params(net, a.get("out"));
+  return 0;
+}
+
+int mode_resume(kolo::Communicator& comm, const Args& a) {
+  const long steps = a.num("steps", 30), b = a.num("batch", 8);
+  const long ckpt_at = a.num("ckpt-at", 0);
+  const std::string ckpt = a.get("ckpt");
+  Data d = make_data(200);  // 200 samples: epochs end mid-run, and 200 % (N·b) may be != 0
+  torch::manual_seed(7);
+  Net net;
+  kolo::torch::broadcast_parameters(comm, net, 0);
+  DistributedOptimizer opt(
+      comm, net,
+      std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)),
+      optimizer_options(a));
+  kolo::torch::LinearScalingWarmup sched(opt.optimizer(), comm.size(), 10);
+  kolo::torch::DistributedSampler sampler(comm, static_cast<std::size_t>(d.x.size(0)),
+                                          {.shuffle = true, .seed = 5});
+  std::int64_t step = 0, epoch = 0;
+  if (!a.get("resume-from").empty()) {
+    auto st = kolo::torch::load_checkpoint(comm, a.get("resume-from"), net, opt);
+    step = st.step;
+    epoch = st.epoch;
+    sampler.set_state(st.sampler);
+    sched.set_step(step);
+  }
+  for (; step < steps; ++epoch) {
+    sampler.set_epoch(static_cast<std::uint64_t>(epoch));
+    while (step < steps) {
+      auto batch = sampler.next(static_cast<std::size_t>(b));
+      if (!batch) break;
+      auto idx = kolo::torch::as_tensor(*batch);
+      opt.zero_grad();
+      torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, idx)), d.y.index_select(0, idx))
+          .backward();
+      opt.step();
+      sched.step();
+      ++step;
+      if (step == ckpt_at && comm.rank() == 0)
+        kolo::torch::save_checkpoint(ckpt, net, opt, {epoch, step, sampler.state()});
+      if (a.num("stop-at", 0) == step) return 0;  // "crash" right after the checkpoint
+    }
+  }
+  check_identical(comm, net, "at the end");
+  if (comm.rank() == 0) write_params(net, a.get("out"));
+  return 0;
+}
+
+struct Big : torch::nn::Module {
+  Big() { w = register_parameter("w", torch::zeros({a_size})); }
+  static constexpr std::int64_t a_size = 1 << 22;  // 16 MiB of f32
+  torch::Tensor w;
+};
+
+int mode_ckpt_kill(kolo::Communicator&, const Args& a) {
+  const std::string ckpt = a.get("ckpt");
+  Big m;
+  torch::optim::SGD opt(m.parameters(), torch::optim::SGDOptions(0.1));
+  torch::NoGradGuard g;
+  m.w.fill_(1.0f);
+  kolo::torch::save_checkpoint(ckpt, m, opt, {1, 10, {}});
+  std::printf("v1 saved\n");
+  std::fflush(stdout);
+  m.w.fill_(2.0f);
+  rlimit lim{1 << 20, 1 << 20};  // 1 MiB: v2 dies with SIGXFSZ in the middle of its write
+  setrlimit(RLIMIT_FSIZE, &lim);
+  kolo::torch::save_checkpoint(ckpt, m, opt, {2, 20, {}});
+  std::printf("v2 saved (unexpected)\n");
+  return 0;
+}
+
+int mode_ckpt_load(kolo::Communicator& comm, const Args& a) {
+  Big m;
+  torch::optim::SGD opt(m.parameters(), torch::optim::SGDOptions(0.1));
+  auto st = kolo::torch::load_checkpoint(comm, a.get("ckpt"), m, opt);
+  std::printf("rank %d loaded epoch %lld step %lld w[0]=%g w[last]=%g\n", comm.rank(),
+              static_cast<long long>(st.epoch), static_cast<long long>(st.step), m.w[0].item<double>(),
+              m.w[Big::a_size - 1].item<double>());
+  return 0;
+}
+
+int mode_ckpt_save(kolo::Communicator& comm, const Args& a) {
+  Big m;
+  torch::optim::SGD opt(m.parameters(), torch::optim::SGDOptions(0.1));
+  torch::NoGradGuard g;
+  m.w.fill_(3.0f);
+  if (comm.rank() == 0) kolo::torch::save_checkpoint(a.get("ckpt"), m, opt, {3, 30, {}});
+  return 0;
+}
+
+int mode_unused(kolo::Communicator& comm, const Args& a) {
+  torch::manual_seed(7);
+  Net net;
+  DistributedOptimizer opt(
+      comm, net, std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1)),
+      optimizer_options(a));
+  Data d = make_data(64);
+  for (int s = 0; s < 3; ++s) {
+    opt.zero_grad();
+    const bool skip = a.flag("all") || comm.rank() == 1;
+    auto rows = torch::arange(comm.rank() * 8, comm.rank() * 8 + 8, torch::kInt64);
+    torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, rows), !skip),
+                                         d.y.index_select(0, rows))
+        .backward();
+    opt.step();
+    check_identical(comm, net, "after step " + std::to_string(s + 1));
+  }
+  std::printf("rank %d: unused-parameter steps done\n", comm.rank());
+  return 0;
+}
+
+struct EmbNet : torch::nn::Module {
+  EmbNet() {
+    emb = register_module("emb", torch::nn::Embedding(torch::nn::EmbeddingOptions(10, 4).sparse(true)));
+    fc = register_module("fc", torch::nn::Linear(4, 2));
+  }
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
+int mode_sparse(kolo::Communicator& comm, const Args& a) {
+  EmbNet net;
+  DistributedOptimizer opt(
+      comm, net, std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1)),
+      optimizer_options(a));
+  auto x = torch::tensor({1, 2, 3}, torch::kInt64);
+  net.fc(net.emb(x)).sum().backward();
+  opt.step();
+  return 0;
+}
+
+int mode_mismatch(kolo::Communicator& comm, const Args&) {
+  Net net(comm.rank() == 1 ? 12 : 16);
+  kolo::torch::broadcast_parameters(comm, net, 0);
+  return 0;
+}
+
+int mode_optstate(kolo::Communicator& comm, const Args&) {
+  torch::manual_seed(7);
+  Net net;
+  torch::optim::SGD opt(net.parameters(),
+                        torch::optim::SGDOptions(0.1 * (comm.rank() + 1)).momentum(0.9));
+  // Rank-specific momentum buffers (rank 0 has none at all on fc2.bias).
+  for (auto& p : net.parameters()) p.mutable_grad() = torch::full_like(p, comm.rank() + 1.0);
+  if (comm.rank() == 0) net.fc2->bias.mutable_grad() = torch::Tensor();
+  opt.step();
+  kolo::torch::broadcast_optimizer_state(comm, opt, 0);
+  // Compare the serialized states.
+  torch::serialize::OutputArchive ar;
+  opt.save(ar);
+  std::string bytes;
+  ar.save_to([&](const void* p, std::size_t n) {
+    bytes.append(static_cast<const char*>(p), n);
+    return n;
+  });
+  // Momentum buffers in parameter order.
+  std::vector<torch::Tensor> bufs;
+  for (auto& p : net.parameters()) {
+    auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    bufs.push_back(it == opt.state().end()
+                       ? torch::full({1}, -1.0f)
+                       : static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer().reshape({-1}));
+  }
+  auto mine = torch::cat(bufs);
+  auto root = mine.clone();
+  kolo::torch::broadcast(comm, root, 0);
+  std::int32_t differ = !torch::equal(mine, root);
+  differ |= opt.param_groups()[0].options().get_lr() != 0.1;
+  comm.allreduce(&differ, 1, kolo::Op::Max);
+  if (differ) check_failed("optimizer states differ after broadcast_optimizer_state");
+  std::printf("rank %d: optimizer state equal\n", comm.rank());
+  return 0;
+}
+
+int mode_tensors(kolo::Communicator& comm, const Args&) {
+  const int r = comm.rank(), N = comm.size();
+  // Non-contiguous broadcast.
+  auto m = torch::arange(12, torch::kFloat32).reshape({3, 4}) * (r + 1);
+  auto t = m.t();
+  kolo::torch::broadcast(comm, t, 0);
+  if (!torch::equal(m, torch::arange(12, torch::kFloat32).reshape({3, 4}))) check_failed("broadcast");
+  // Allreduce average and sum, f64 and i64.
+  auto v = torch::full({5}, static_cast<double>(r + 1), torch::kFloat64);
+  kolo::torch::allreduce(comm, v, kolo::Op::Average);
+  if (!torch::allclose(v, torch::full({5}, (N + 1) / 2.0, torch::kFloat64))) check_failed("allreduce average");
+  auto i = torch::full({3}, r + 1, torch::kInt64);
+  kolo::torch::allreduce(comm, i, kolo::Op::Sum);
+  if (i[0].item<std::int64_t>() != N * (N + 1) / 2) check_failed("allreduce sum i64");
+  if (kolo::torch::allreduce_scalar(comm, r + 1.0, kolo::Op::Max) != N) check_failed("allreduce_scalar max");
+  std::printf("rank %d: tensor collectives ok\n", r);
+  return 0;
+}
+
+// A trivial data set for the loader test: sample i is the scalar i.
+struct Range : torch::data::datasets::Dataset<Range> {
+  explicit Range(std::size_t n) : n(n) {}
+  torch::data::Example<> get(std::size_t i) override {
+    auto t = torch::tensor(static_cast<std::int64_t>(i));
+    return {t, t};
+  }
+  torch::optional<std::size_t> size() const override { return n; }
+  std::size_t n;
+};
+
+int mode_loader(kolo::Communicator& comm, const Args&) {
+  auto sampler = std::make_shared<kolo::torch::DistributedSampler>(comm, 50, kolo::torch::SamplerOptions{.shuffle = true, .seed = 3});
+  auto loader = torch::data::make_data_loader(Range(50).map(torch::data::transforms::Stack<>()),
+                                              kolo::torch::TorchSampler(sampler),
+                                              torch::data::DataLoaderOptions().batch_size(4));
+  for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
+    sampler->set_epoch(epoch);
+    std::vector<std::size_t> got;
+    for (auto& batch : *loader)
+      for (std::int64_t k = 0; k < batch.data.size(0); ++k)
+        got.push_back(static_cast<std::size_t>(batch.data[k].item<std::int64_t>()));
+    if (got != sampler->indices()) check_failed("the data loader did not yield the sampler's shard");
+  }
+  std::printf("rank %d: loader ok\n", comm.rank());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: torch_rank_prog MODE [--key value | --flag]...\n");
+    return 64;
+  }
+  const std::string mode = argv[1];
+  Args a;
+  for (int i = 2; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k.rfind("--", 0) != 0) {
+      std::fprintf(stderr, "bad argument %s\n", argv[i]);
+      return 64;
+    }
+    k = k.substr(2);
+    if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0)
+      a.kv[k] = argv[++i];
+    else
+      a.kv[k] = "1";
+  }
+  torch::set_num_threads(1);
+  try {
+    auto comm = kolo::init();
+    if (mode == "equiv") return mode_equiv(comm, a);
+    if (mode == "resume") return mode_resume(comm, a);
+    if (mode == "ckpt_kill") return mode_ckpt_kill(comm, a);
+    if (mode == "ckpt_load") return mode_ckpt_load(comm, a);
+    if (mode == "ckpt_save") return mode_ckpt_save(comm, a);
+    if (mode == "unused") return mode_unused(comm, a);
+    if (mode == "sparse") return mode_sparse(comm, a);
+    if (mode == "mismatch") return mode_mismatch(comm, a);
+    if (mode == "optstate") return mode_optstate(comm, a);
+    if (mode == "tensors") return mode_tensors(comm, a);
+    if (mode == "loader") return mode_loader(comm, a);
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 64;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ERROR: %s\n", e.what());
+    return 3;
+  }
+}

@@ -1,0 +1,429 @@
+// kolo_torch tests. The sampler is tested in process; everything else runs
+// torch_rank_prog as real processes under kolorun and asserts on the files
+// it writes, its output and its exit status. This file does not include
+// LibTorch (compile time); torch_rank_prog.cc does.
+#include <gtest/gtest.h>
+#include <kolo/kolo.h>
+#include <kolo/torch/sampler.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using kolo::torch::DistributedSampler;
+using kolo::torch::SamplerOptions;
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Sampler (in process: one DistributedSampler per simulated rank)
+
+std::vector<std::vector<std::size_t>> shards(std::size_t n, int size, SamplerOptions o,
+                                             std::uint64_t epoch) {
+  std::vector<std::vector<std::size_t>> out;
+  for (int r = 0; r < size; ++r) {
+    DistributedSampler s(r, size, n, o);
+    s.set_epoch(epoch);
+    out.push_back(s.indices());
+  }
+  return out;
+}
+
+TEST(Sampler, PadGivesEqualCoveringShards) {
+  for (std::size_t n : {1u, 7u, 100u, 103u}) {
+    for (int size : {1, 2, 3, 4}) {
+      auto sh = shards(n, size, {.shuffle = true, .seed = 9, .drop_last = false}, 0);
+      const std::size_t len = (n + size - 1) / size;
+      std::multiset<std::size_t> all;
+      for (auto& s : sh) {
+        EXPECT_EQ(s.size(), len) << "n=" << n << " size=" << size;
+        all.insert(s.begin(), s.end());
+      }
+      for (std::size_t i = 0; i < n; ++i) EXPECT_GE(all.count(i), 1u) << "sample " << i << " not covered";
+      // Only the padding repeats samples.
+      std::set<std::size_t> distinct(all.begin(), all.end());
+      EXPECT_EQ(distinct.size(), n);
+      EXPECT_EQ(all.size(), len * size);
+      if (n % size == 0) {
+        EXPECT_EQ(all.size(), n) << "shards must be disjoint when nothing is padded";
+      }
+    }
+  }
+}
+
+TEST(Sampler, DropLastGivesEqualDisjointShards) {
+  for (std::size_t n : {7u, 100u, 103u}) {
+    for (int size : {1, 2, 3, 4}) {
+      auto sh = shards(n, size, {.shuffle = true, .seed = 9, .drop_last = true}, 2);
+      std::set<std::size_t> all;
+      for (auto& s : sh) {
+        EXPECT_EQ(s.size(), n / size);
+        for (auto i : s) EXPECT_TRUE(all.insert(i).second) << "index " << i << " on two ranks";
+      }
+      EXPECT_EQ(all.size(), n - n % size);
+      for (auto i : all) EXPECT_LT(i, n);
+    }
+  }
+}
+
+TEST(Sampler, ReshuffledPerEpochAndDeterministic) {
+  auto e0 = shards(1000, 2, {.shuffle = true, .seed = 1}, 0);
+  auto e0b = shards(1000, 2, {.shuffle = true, .seed = 1}, 0);
+  auto e1 = shards(1000, 2, {.shuffle = true, .seed = 1}, 1);
+  auto s2 = shards(1000, 2, {.shuffle = true, .seed = 2}, 0);
+  EXPECT_EQ(e0, e0b);  // same seed and epoch: the same order on every rank and run
+  EXPECT_NE(e0[0], e1[0]);
+  EXPECT_NE(e0[0], s2[0]);
+  std::set<std::size_t> a(e0[0].begin(), e0[0].end()), b(e1[0].begin(), e1[0].end());
+  EXPECT_NE(a, b) << "a new epoch must also move samples between ranks";
+  // set_epoch on one sampler object reshuffles it.
+  DistributedSampler s(0, 2, 1000, {.shuffle = true, .seed = 1});
+  s.set_epoch(1);
+  EXPECT_EQ(s.indices(), e1[0]);
+}
+
+TEST(Sampler, NoShuffleIsStrided) {
+  // 10 samples on 3 ranks: padded to 12 with samples 0 and 1, as in PyTorch.
+  DistributedSampler s(1, 3, 10, {.shuffle = false});
+  EXPECT_EQ(s.indices(), (std::vector<std::size_t>{1, 4, 7, 0}));
+  DistributedSampler t(2, 3, 10, {.shuffle = false});
+  EXPECT_EQ(t.indices(), (std::vector<std::size_t>{2, 5, 8, 1}));
+  DistributedSampler u(0, 3, 10, {.shuffle = false});
+  EXPECT_EQ(u.indices(), (std::vector<std::size_t>{0, 3, 6, 9}));
+  DistributedSampler d(2, 3, 10, {.shuffle = false, .drop_last = true});
+  EXPECT_EQ(d.indices(), (std::vector<std::size_t>{2, 5, 8}));
+}
+
+TEST(Sampler, BatchesStateAndResume) {
+  DistributedSampler s(1, 2, 21, {.shuffle = true, .seed = 4});
+  s.set_epoch(3);
+  std::vector<std::size_t> seen;
+  auto b1 = s.next(4);
+  ASSERT_TRUE(b1);
+  EXPECT_EQ(b1->size(), 4u);
+  seen.insert(seen.end(), b1->begin(), b1->end());
+  const auto st = s.state();
+  EXPECT_EQ(st.epoch, 3u);
+  EXPECT_EQ(st.position, 4u);
+
+  DistributedSampler r(1, 2, 21, {.shuffle = true, .seed = 4});
+  r.set_state(st);
+  r.set_epoch(3);  // right after set_state: keeps the position
+  std::vector<std::size_t> rest_a, rest_b;
+  while (auto b = s.next(4)) rest_a.insert(rest_a.end(), b->begin(), b->end());
+  while (auto b = r.next(4)) rest_b.insert(rest_b.end(), b->begin(), b->end());
+  EXPECT_EQ(rest_a, rest_b);
+  EXPECT_EQ(rest_a.size() + 4, s.num_samples());
+  EXPECT_FALSE(s.next(4));
+  s.set_epoch(3);  // an ordinary set_epoch rewinds
+  EXPECT_EQ(s.position(), 0u);
+  EXPECT_THROW(r.set_state({3, 1000}), kolo::Error);
+}
+
+// ---------------------------------------------------------------------------
+// Multi-process helpers
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+// Runs a shell command, output and errors together.
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+// Short collective timeouts so that a broken test fails instead of hanging.
+const char* kEnv = "KOLO_TIMEOUT_MS=60000 ";
+
+Result ranks(int n, const std::string& args) {
+  return sh(std::string(kEnv) + KOLORUN + " -np " + std::to_string(n) + " --timeout 240 " + RANK_PROG +
+            " " + args);
+}
+Result single(const std::string& args) { return sh(std::string(kEnv) + RANK_PROG + " " + args); }
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/kolo_torch_test.XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string& f) const { return path_ + "/" + f; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+using Params = std::map<std::string, std::vector<double>>;
+
+Params read_params(const std::string& path) {
+  Params p;
+  std::ifstream in(path);
+  std::string name;
+  std::size_t n;
+  while (in >> name >> n) {
+    auto& v = p[name];
+    v.resize(n);
+    for (auto& x : v) in >> x;
+  }
+  return p;
+}
+
+// Per tensor: max|a-b| <= tol * max|b|.
+void expect_close(const Params& got, const Params& want, double tol, const std::string& what) {
+  ASSERT_FALSE(want.empty()) << what << ": no baseline parameters";
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    ASSERT_NE(it, got.end()) << what << ": missing " << name;
+    const auto& g = it->second;
+    ASSERT_EQ(g.size(), w.size()) << what << ": " << name;
+    double maxdiff = 0, scale = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      maxdiff = std::max(maxdiff, std::abs(g[i] - w[i]));
+      scale = std::max(scale, std::abs(w[i]));
+    }
+    EXPECT_LE(maxdiff, tol * scale) << what << ": " << name << " differs by " << maxdiff
+                                    << " (relative " << maxdiff / scale << ", tolerance " << tol << ")";
+  }
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// ---------------------------------------------------------------------------
+// N ranks with per-rank batch b == 1 rank with batch N·b, same samples.
+
+constexpr int kSteps = 8;
+constexpr int kBatch = 8;
+
+struct Variant {
+  const char* name;
+  const char* args;
+  double tol;  // relative, per tensor
+};
+
+// f32 runs differ from the baseline only by summation order: tolerance 1e-5
+// (measured ~2e-7). The 16-bit wire formats round every gradient to 8 (bf16)
+// or 11 (fp16) significant bits before the sum: tolerances 1e-2 and 2e-3
+// after 8 momentum steps (measured ~2.5e-3 and ~2e-4).
+const Variant kVariants[] = {
+    {"small_buckets", "--small-buckets", 1e-5},
+    {"default_buckets", "", 1e-5},
+    {"accumulate2", "--accumulate 2 --small-buckets", 1e-5},
+    {"no_overlap", "--no-overlap --small-buckets", 1e-5},
+    {"noncontig", "--noncontig --small-buckets", 1e-5},
+    {"predivide", "--predivide 2", 1e-5},
+    {"sum", "--sum", 1e-5},
+    {"bf16", "--compression bf16 --small-buckets", 1e-2},
+    {"fp16", "--compression fp16", 2e-3},
+};
+
+class Equivalence : public ::testing::TestWithParam<std::tuple<int, Variant>> {
+ protected:
+  static const Params& baseline(int n) {
+    static std::map<int, Params> cache;
+    static TempDir dir;
+    auto it = cache.find(n);
+    if (it != cache.end()) return it->second;
+    const std::string out = dir / ("baseline" + std::to_string(n) + ".txt");
+    auto r = single("equiv --steps " + std::to_string(kSteps) + " --batch " +
+                    std::to_string(n * kBatch) + " --out " + out);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return cache[n] = read_params(out);
+  }
+};
+
+TEST_P(Equivalence, MatchesOneRankWithNTimesTheBatch) {
+  const auto [n, v] = GetParam();
+  TempDir dir;
+  const std::string out = dir / "params.txt";
+  auto r = ranks(n, "equiv --steps " + std::to_string(kSteps) + " --batch " + std::to_string(kBatch) +
+                        " --out " + out + " " + v.args);
+  ASSERT_EQ(r.rc, 0) << r.out;  // includes: identical on all ranks after broadcast and every step
+  expect_close(read_params(out), baseline(n), v.tol, v.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Torch, Equivalence,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::ValuesIn(kVariants)),
+                         [](const auto& info) {
+                           return std::string(std::get<1>(info.param).name) + "_" +
+                                  std::to_string(std::get<0>(info.param)) + "ranks";
+                         });
+
+// ---------------------------------------------------------------------------
+// Checkpoints
+
+TEST(Checkpoint, ResumeContinuesBitIdentically) {
+  TempDir dir;
+  const std::string common = " --steps 40 --batch 8 --small-buckets";
+  auto full = ranks(2, "resume" + common + " --out " + (dir / "full.txt"));
+  ASSERT_EQ(full.rc, 0) << full.out;
+  // Stop right after the checkpoint at step 17 (mid-epoch: 200 samples, 2×8 per step).
+  auto first = ranks(2, "resume" + common + " --ckpt-at 17 --stop-at 17 --ckpt " + (dir / "c.ckpt") +
+                            " --out " + (dir / "unused.txt"));
+  ASSERT_EQ(first.rc, 0) << first.out;
+  auto second = ranks(2, "resume" + common + " --resume-from " + (dir / "c.ckpt") + " --out " +
+                             (dir / "resumed.txt"));
+  ASSERT_EQ(second.rc, 0) << second.out;
+  const std::string a = slurp(dir / "full.txt"), b = slurp(dir / "resumed.txt");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the resumed run's parameters differ from the uninterrupted run's";
+}
+
+TEST(Checkpoint, WriteKilledMidwayLeavesPreviousLoadable) {
+  TempDir dir;
+  const std::string ckpt = dir / "m.ckpt";
+  auto r = single("ckpt_kill --ckpt " + ckpt);
+  EXPECT_NE(r.out.find("v1 saved"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("v2 saved"), std::string::npos) << r.out;
+  EXPECT_EQ(r.rc, 128 + SIGXFSZ) << "the second save should have been killed by SIGXFSZ\n" << r.out;
+  // The half-written temporary is there; the checkpoint is still v1.
+  bool partial = false;
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    if (e.path().filename().string().rfind("m.ckpt.tmp.", 0) == 0) partial = true;
+  EXPECT_TRUE(partial) << "no partial temporary file: the write was not interrupted midway";
+  auto load = ranks(2, "ckpt_load --ckpt " + ckpt);
+  ASSERT_EQ(load.rc, 0) << load.out;
+  EXPECT_NE(load.out.find("rank 0 loaded epoch 1 step 10 w[0]=1 w[last]=1"), std::string::npos) << load.out;
+  EXPECT_NE(load.out.find("rank 1 loaded epoch 1 step 10 w[0]=1 w[last]=1"), std::string::npos) << load.out;
+}
+
+class BadCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = single("ckpt_save --ckpt " + good_);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    bytes_ = slurp(good_);
+    ASSERT_GT(bytes_.size(), 1000u);
+  }
+  void write(const std::string& content) {
+    std::ofstream(bad_, std::ios::binary) << content;
+  }
+  void expect_error(const std::string& text) {
+    const std::string before = slurp(bad_);
+    auto r = ranks(2, "ckpt_load --ckpt " + bad_);
+    EXPECT_NE(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("kolo rank 0: " + text), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("loaded epoch"), std::string::npos) << r.out;
+    EXPECT_EQ(slurp(bad_), before) << "loading must not touch the file";
+  }
+  TempDir dir_;
+  std::string good_ = dir_ / "good.ckpt", bad_ = dir_ / "bad.ckpt";
+  std::string bytes_;
+};
+
+TEST_F(BadCheckpoint, Truncated) {
+  write(bytes_.substr(0, bytes_.size() / 2));
+  expect_error("checkpoint '" + bad_ + "' is truncated: the header promises");
+  write(bytes_.substr(0, 20));
+  expect_error("checkpoint '" + bad_ + "' is truncated: 20 bytes, shorter than its 32-byte header");
+}
+
+TEST_F(BadCheckpoint, Foreign) {
+  write("this is a text file, not a checkpoint\n");
+  expect_error("'" + bad_ + "' is not a kolo checkpoint");
+  write("");
+  expect_error("'" + bad_ + "' is not a kolo checkpoint");
+}
+
+TEST_F(BadCheckpoint, Corrupt) {
+  std::string b = bytes_;
+  b[b.size() / 2] ^= 0x55;
+  write(b);
+  expect_error("checkpoint '" + bad_ + "' is corrupt: CRC-32 mismatch");
+}
+
+TEST_F(BadCheckpoint, Missing) {
+  auto r = ranks(2, "ckpt_load --ckpt " + (dir_ / "nope.ckpt"));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("cannot open checkpoint '" + (dir_ / "nope.ckpt") + "'"), std::string::npos) << r.out;
+}
+
+// ---------------------------------------------------------------------------
+// Errors that must say what is wrong
+
+TEST(Errors, UnusedParameter) {
+  auto r = ranks(2, "unused");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("kolo rank 1: parameters 'fc2.weight', 'fc2.bias' received no gradient in "
+                       "this step; pass find_unused_parameters=true if that is intended"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(Errors, UnusedParameterAllowedWithFindUnused) {
+  auto r = ranks(2, "unused --find-unused --small-buckets");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("rank 1: unused-parameter steps done"), std::string::npos) << r.out;
+  auto all = ranks(2, "unused --find-unused --all");
+  EXPECT_EQ(all.rc, 0) << all.out;
+}
+
+TEST(Errors, SparseGradient) {
+  auto r = ranks(2, "sparse");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("parameter 'emb.weight' received a sparse gradient; DistributedOptimizer "
+                       "reduces dense gradients only"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(Errors, ShapeMismatchAtBroadcast) {
+  auto r = ranks(2, "mismatch");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("broadcast_parameters: the models differ between ranks (compared with root rank 0)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("rank 1: parameter fc1.weight is [12, 144] Float, on rank 0 it is [16, 144] Float"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("rank 1: parameter fc2.weight is [5, 12] Float, on rank 0 it is [5, 16] Float"),
+            std::string::npos)
+      << r.out;
+}
+
+// ---------------------------------------------------------------------------
+// The other collectives
+
+TEST(Collectives, BroadcastOptimizerState) {
+  auto r = ranks(2, "optstate");
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+TEST(Collectives, TensorBroadcastAllreduce) {
+  auto r = ranks(3, "tensors");
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+TEST(Collectives, TorchDataLoaderWithSampler) {
+  auto r = ranks(2, "loader");
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+}  // namespace
