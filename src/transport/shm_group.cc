@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <immintrin.h>
+#include <sched.h>
 #include <signal.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -42,7 +44,7 @@ ShmGroup::ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std
     : rank_(rank), size_(size), timeout_ms_(config::timeout_ms()),
       stall_warn_ms_(config::stall_warn_ms()),
       spins_(size <= static_cast<int>(std::thread::hardware_concurrency()) ? 20000 : 50),
-      sources_(size) {
+      sources_(size), pidfds_(size, -1) {
   chunk_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(config::shm_chunk_bytes(), 4096)), kPage);
   const std::size_t flags_bytes = round_up(sizeof(Flag) * size, kPage);
   bytes_ = flags_bytes + static_cast<std::size_t>(size) * kSlots * chunk_;
@@ -95,6 +97,24 @@ ShmGroup::ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std
 
 ShmGroup::~ShmGroup() {
   if (base_ != nullptr && base_ != MAP_FAILED) munmap(base_, bytes_);
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
+}
+
+bool ShmGroup::peer_exited(int peer, int pid) {
+  int& fd = pidfds_[peer];
+  if (fd == -1) {
+    fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) {
+      if (errno == ESRCH) return true;
+      fd = -2;  // no pidfds here (kernel < 5.3, seccomp): kill() misses zombies
+    }
+  }
+  if (fd >= 0) {
+    pollfd p{fd, POLLIN, 0};  // readable once the process has exited
+    return poll(&p, 1, 0) > 0;
+  }
+  return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 void ShmGroup::abort() {
@@ -132,8 +152,8 @@ void ShmGroup::check_fingerprints() {
   }
 }
 
-// Spin briefly (the peer is usually well under a microsecond behind), then
-// sleep on the peer's futex word, waking every 5 ms to check the deadline and
+// Spin briefly (the peer is usually well under a microsecond behind), yield,
+// then sleep on the peer's futex word, waking every 5 ms to check the deadline and
 // that the peer is still alive.
 void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   Flag& f = flags_[peer];
@@ -145,6 +165,12 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
     if (f.epoch.load(std::memory_order_acquire) >= e) return;
     if ((i & 255) == 0) check_aborted();
     _mm_pause();
+  }
+  // Give the core to a peer that may be waiting for one (ranks can outnumber
+  // cores) before paying for a futex sleep and wake-up.
+  for (int i = 0; i < 64; ++i) {
+    if (f.epoch.load(std::memory_order_acquire) >= e) return;
+    sched_yield();
   }
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -163,7 +189,7 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
     check_aborted();
 
     pid_t pid = f.pid.load(std::memory_order_relaxed);
-    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+    if (pid > 0 && peer_exited(peer, pid))
       fail_io("{}: rank {} (pid {}) died", what, peer, pid);
     const auto now = Clock::now();
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();

@@ -81,6 +81,10 @@ class ShmGroup {
   };
   void check_fingerprints();
   void wait_for(int peer, std::uint64_t e, const char* what);
+  // Whether the peer's process has exited, also when its parent has not
+  // reaped it yet (kolorun keeps exited ranks as zombies until the job ends,
+  // and kill(pid, 0) succeeds on a zombie): polls a pidfd of the peer.
+  bool peer_exited(int peer, int pid);
 
   int rank_;
   int size_;
@@ -96,6 +100,7 @@ class ShmGroup {
   Fingerprint current_, previous_;
   bool unchecked_ = false;  // current_ not yet compared with the other ranks'
   std::vector<const void*> sources_;
+  std::vector<int> pidfds_;  // per peer: -1 not opened yet, -2 no pidfd (use kill)
 };
 
 }  // namespace kolo::transport
