@@ -29,6 +29,10 @@ void Context::fail_collective(const Error& e, bool first_hand) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         } while (std::chrono::steady_clock::now() < until);
         msg += causes;
+        // Posted too (before the abort below): a peer that sees this rank
+        // hang up next finds why, and through it the rank that was really
+        // lost (in a TCP ring only the dead rank's neighbours see it go).
+        store->set(fmt::format("{}/error/{}", prefix, rank), msg);
       }
     } catch (const std::exception&) {
       // The store may be gone with the rank that hosted it: report what we know.
