@@ -126,9 +126,10 @@ static auto allgatherv_op(detail::Context& c, const char* what, const void* in, 
   check_dtype_op(what, t, Op::Sum, false);
   if (counts.size() != static_cast<std::size_t>(c.size))
     fail("{}: counts has {} entries but the communicator has {} ranks", what, counts.size(), c.size);
+  // Each count is checked as size() blocks, so the byte sizes add up to at
+  // most int64's maximum (summing the block totals would wrap from 3 ranks on).
   std::size_t total = 0;
-  for (std::size_t n : counts) total += checked_bytes(what, n, t, c.size);
-  total /= c.size;
+  for (std::size_t n : counts) total += checked_bytes(what, n, t, c.size) / c.size;
   const std::size_t mine = counts[c.rank] * dtype_size(t);
   check_buffer(what, "input", in, mine);
   check_buffer(what, "output", out, total);
