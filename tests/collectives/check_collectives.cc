@@ -228,9 +228,10 @@ int main(int argc, char** argv) {
     const int n = comm.size();
     auto want = [&](const char* name) { return filter.empty() || filter == name; };
 
-    // 0, 1, 7, an odd size not divisible by most world sizes, a few slots'
-    // worth (crosses the shm chunk and the small/large algorithm switch).
-    std::vector<std::size_t> counts = {0, 1, 7, 1001, 3 * 65536 + 7};
+    // 0, 1, 7, an odd size not divisible by most world sizes, and one past
+    // the small/large algorithm switch (64 KiB) for every type, which for the
+    // wider types also spans several shared-memory chunks (256 KiB).
+    std::vector<std::size_t> counts = {0, 1, 7, 1001, 70001};
     for (std::size_t count : counts) {
       for (DType t : kTypes) {
         std::vector<std::pair<std::string, std::function<Job()>>> batch;
@@ -263,7 +264,7 @@ int main(int argc, char** argv) {
         run_both_ways(ck, std::move(batch));
       }
     }
-    if (want("bitwise")) check_bit_identical(ck, 3 * 65536 + 7);
+    if (want("bitwise")) check_bit_identical(ck, 3 * 65536 + 7);  // several chunks of every type
 
     if (large) {
       // >= 64 MiB messages: one type per collective (f32), plus bf16 averaging.
