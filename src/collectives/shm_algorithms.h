@@ -3,7 +3,9 @@
 // shm_group.h for the epoch rule that makes slot reuse safe.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <span>
 
 #include "kolo/kolo.h"
@@ -25,6 +27,28 @@ void shm_allreduce_chunked(ShmGroup& g, const void* in, void* out, std::size_t c
 void shm_broadcast(ShmGroup& g, void* data, std::size_t count, DType t, int root);
 void shm_allgatherv(ShmGroup& g, const void* in, void* out, std::span<const std::size_t> counts,
                     DType t);
+// The step loop of reduce-scatter and alltoall, whose input is n blocks of
+// `count` elements: each epoch stages the next piece of every block in this
+// rank's slot (block q at offset q*piece), synchronises, then calls
+// read(epoch, first element, elements, piece) to take what this rank needs.
+template <class Read>
+void shm_block_pieces(ShmGroup& g, const void* in, std::size_t count, std::size_t es,
+                      const char* what, Read&& read) {
+  const int n = g.size();
+  const std::size_t piece = std::max<std::size_t>(1, g.chunk_bytes() / n / es);
+  const auto* src = static_cast<const char*>(in);
+  for (std::size_t at = 0; at < count || at == 0; at += piece) {  // at least one step
+    const std::size_t m = std::min(piece, count - at);
+    const std::uint64_t e = g.next_epoch();
+    char* mine = g.slot(g.rank(), e);
+    for (int q = 0; q < n; ++q)
+      std::memcpy(mine + q * piece * es, src + (q * count + at) * es, m * es);
+    g.publish(e);
+    g.wait_all(e, what);
+    read(e, at, m, piece);
+  }
+}
+
 void shm_reduce_scatter(ShmGroup& g, const void* in, void* out, std::size_t count, DType t, Op op);
 void shm_alltoall(ShmGroup& g, const void* in, void* out, std::size_t count, DType t);
 
