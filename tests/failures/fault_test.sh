@@ -10,6 +10,12 @@
 #   between  RUNS runs (default 2): a random rank dies (SIGKILL) during a
 #            compute phase, the others meet it at their next allreduce
 #   launcher RUNS runs (default 2): kill -9 of kolorun itself
+#   stopped  RUNS runs (default 2), shm: a random rank is frozen (SIGSTOP,
+#            a hung rank rather than a dead one) with KOLO_TIMEOUT_MS=5000:
+#            every survivor times out naming it. (TCP is left out: there a
+#            rank times out on its ring neighbour, and which rank's report
+#            a survivor sees first is a race, so it may name a waiting
+#            neighbour instead of the frozen rank.)
 #
 # What every run must show (rank and between):
 #   - the job ends within END_BOUND_S of the death (kolorun's exit);
@@ -20,6 +26,9 @@
 #   - kolorun exits 137 (128+SIGKILL) naming the dead rank as the first failure;
 #   - no process of the job is left (pid files) and /dev/shm holds no
 #     kolo-<jobid>-* segment.
+# stopped: the same, with the survivors' errors due within
+# KOLO_TIMEOUT_MS + DETECT_BOUND_S, kolorun exiting 3 (a survivor's code) and
+# SIGKILLing the frozen rank after its grace period.
 # launcher: every rank is gone within END_BOUND_S and no segment is left.
 #
 # Bounds are generous for a loaded 2-core machine; kolo's documented
@@ -84,6 +93,12 @@ check_cleanup() {
 # The named-rank error of survivor r: the lines kolorun relayed as "[r] ".
 check_survivors() {
   local out=$1 victim=$2 t_death=$3 what=$4 ok=0 r
+  local names="rank $victim \(pid [0-9]+\) died|rank $victim closed its connection|lost connection to rank $victim[: ]"
+  local bound=$DETECT_BOUND_S
+  if [ "$MODE" == stopped ]; then
+    names="timed out after [0-9]+ ms waiting for rank $victim\b"
+    bound=$((DETECT_BOUND_S + 5))
+  fi
   for ((r = 0; r < NP; r++)); do
     [ "$r" -eq "$victim" ] && continue
     local lines
@@ -93,7 +108,7 @@ check_survivors() {
     fi
     # The dead rank, as the shm transport (dead pid), TCP (end of stream,
     # reset) or a peer's report names it.
-    if ! grep -Eq "rank $victim \(pid [0-9]+\) died|rank $victim closed its connection|lost connection to rank $victim[: ]" <<< "$lines"; then
+    if ! grep -Eq "$names" <<< "$lines"; then
       echo "FAILED $what: survivor $r's error does not name the dead rank $victim:"; sed 's/^/    /' <<< "$lines"; ok=1
     fi
     if ! grep -q "^next: kolo rank $r: communicator is unusable after an earlier failure" <<< "$lines"; then
@@ -101,8 +116,8 @@ check_survivors() {
     fi
     local at
     at=$(grep -m1 "^error-at " <<< "$lines" | awk '{print $2}')
-    if [ -n "$at" ] && exceeds "$at" "$t_death" "$DETECT_BOUND_S"; then
-      echo "FAILED $what: survivor $r caught its error $(elapsed "$at" "$t_death") s after the death (bound $DETECT_BOUND_S s)"; ok=1
+    if [ -n "$at" ] && exceeds "$at" "$t_death" "$bound"; then
+      echo "FAILED $what: survivor $r caught its error $(elapsed "$at" "$t_death") s after the death (bound $bound s)"; ok=1
     fi
     [ -n "$at" ] && detect_times+=" $(elapsed "$at" "$t_death")"
   done
@@ -113,14 +128,17 @@ detect_times=""
 end_times=""
 for ((run = 0; run < RUNS; run++)); do
   transport=$([ $((run % 2)) -eq 0 ] && echo shm || echo tcp)
+  [ "$MODE" == stopped ] && transport=shm
   dir="$base/run$run"
   mkdir -p "$dir"
   out="$dir/out"
   victim=$((RANDOM % NP))
   args=("$dir")
   [ "$MODE" == between ] && args+=(--compute-ms 3000 --die-rank "$victim" --die-iter $((1 + RANDOM % 3)))
-  KOLO_TRANSPORT=$transport timeout -s KILL 300 "$KOLORUN" -np "$NP" --grace-period 60 "$BIN" "${args[@]}" \
-    > "$out" 2>&1 &
+  grace=60 timeout_ms=${KOLO_TIMEOUT_MS:-}
+  [ "$MODE" == stopped ] && grace=5 timeout_ms=5000
+  KOLO_TIMEOUT_MS=$timeout_ms KOLO_TRANSPORT=$transport timeout -s KILL 300 \
+    "$KOLORUN" -np "$NP" --grace-period $grace "$BIN" "${args[@]}" > "$out" 2>&1 &
   job_pid=$!
   what="$MODE run $run ($transport, victim $victim)"
   [ "$MODE" == launcher ] && what="$MODE run $run ($transport)"
@@ -144,6 +162,11 @@ for ((run = 0; run < RUNS; run++)); do
         for ((i = 0; i < 1200; i++)); do kill -0 "$pid" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || break; sleep 0.05; done
         t_death=$(now)
         ;;
+      stopped)
+        sleep "$delay"
+        t_death=$(now)
+        kill -STOP "$(cat "$dir/rank.$victim.pid")"
+        ;;
       launcher)
         sleep "$delay"
         t_death=$(now)
@@ -161,6 +184,11 @@ for ((run = 0; run < RUNS; run++)); do
     fi
     if [ "$MODE" == launcher ]; then
       [ $rc -eq 137 ] || { echo "FAILED $what: kolorun exit $rc, expected 137 (killed)"; ok=1; }
+    elif [ "$MODE" == stopped ]; then
+      [ $rc -eq 3 ] || { echo "FAILED $what: kolorun exited $rc, expected 3 (a survivor's kolo error)"; ok=1; }
+      grep -Eq "^kolorun: rank [0-9]+ exited with code 3 \(first failure\)" "$out" ||
+        { echo "FAILED $what: kolorun did not name the first failure"; ok=1; }
+      check_survivors "$out" "$victim" "$t_death" "$what" || ok=1
     else
       [ $rc -eq 137 ] || { echo "FAILED $what: kolorun exited $rc, expected 137 (the victim's SIGKILL)"; ok=1; }
       grep -q "^kolorun: rank $victim was killed by signal 9 (SIGKILL) (first failure)" "$out" ||
