@@ -56,6 +56,14 @@ struct DistributedOptimizer::Impl {
     std::uintptr_t hook_key = 0;
     bool seen = false;   // received a gradient in some pass of this step
     bool ready = false;  // copied into its bucket for this step
+    ::torch::Tensor view;   // the parameter's slot of its bucket, shaped like it
+    bool use_view = false;  // .grad is kept as `view` (gradient_as_bucket_view)
+    bool grad_is_view() const {
+      const auto& g = tensor.grad();
+      return use_view && g.defined() && g.data_ptr() == view.data_ptr() &&
+             g.strides() == view.strides() && g.sizes() == view.sizes() &&
+             g.scalar_type() == view.scalar_type();
+    }
   };
   struct Bucket {
     std::vector<std::size_t> params;
@@ -93,25 +101,35 @@ struct DistributedOptimizer::Impl {
   std::string err(const std::string& text) const { return prefix(comm.rank()) + text; }
 
   void init(NamedTensors named);
-  void on_grad(std::size_t i);
+  void on_grad(std::size_t i, bool sparse);
   void fill(std::size_t i);
   void launch_ready();
   void launch(Bucket& b);
   void synchronize();
   void reset_step();
+  void zero_grad();
 };
 
 namespace {
 
+std::string sparse_error(const std::string& name) {
+  return fmt::format(
+      "parameter '{}' received a sparse gradient; DistributedOptimizer reduces dense "
+      "gradients only (e.g. construct the embedding with sparse=false)",
+      name);
+}
+
 // Runs after AccumulateGrad has updated .grad.
 struct GradReadyHook : ::torch::autograd::FunctionPostHook {
-  explicit GradReadyHook(std::function<void()> fn) : fn(std::move(fn)) {}
+  explicit GradReadyHook(std::function<void(bool)> fn) : fn(std::move(fn)) {}
+  // For AccumulateGrad, `inputs` is the incoming gradient: a sparse one is
+  // reported even when .grad is dense (a bucket view densifies it).
   ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
-                                              const ::torch::autograd::variable_list&) override {
-    fn();
+                                              const ::torch::autograd::variable_list& inputs) override {
+    fn(!inputs.empty() && inputs[0].defined() && inputs[0].is_sparse());
     return outputs;
   }
-  std::function<void()> fn;
+  std::function<void(bool)> fn;
 };
 
 }  // namespace
@@ -190,6 +208,19 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
     else if (o.compression == Compression::BF16)
       b.wire = ::torch::empty({n}, ::torch::TensorOptions().dtype(::torch::kBFloat16));
     b.pending = b.params.size();
+    for (auto pi : b.params) {
+      auto& p = params[pi];
+      p.view = b.flat.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
+      // A parameter with another layout (e.g. channels-last) would get
+      // gradients in that layout, not our contiguous view: it stays on copies.
+      p.use_view = o.gradient_as_bucket_view && p.tensor.is_contiguous();
+      if (p.use_view) {
+        ::torch::NoGradGuard no_grad;
+        const auto& g = p.tensor.grad();
+        if (g.defined() && !g.is_sparse() && g.sizes() == p.tensor.sizes()) p.view.copy_(g);
+        p.tensor.mutable_grad() = p.view;
+      }
+    }
   }
   // Hooks last: nothing above may throw after them.
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -200,11 +231,11 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
                                   "accumulator to hook",
                                   p.name)));
     p.hook_key =
-        p.accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_grad(i); }));
+        p.accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i](bool sparse) { on_grad(i, sparse); }));
   }
 }
 
-void DistributedOptimizer::Impl::on_grad(std::size_t i) {
+void DistributedOptimizer::Impl::on_grad(std::size_t i, bool sparse) {
   std::lock_guard<std::mutex> lock(mu);
   if (!callback_queued) {
     callback_queued = true;
@@ -223,6 +254,7 @@ void DistributedOptimizer::Impl::on_grad(std::size_t i) {
     return;
   }
   p.seen = true;
+  if (sparse) errors.push_back(sparse_error(p.name));
   if (passes + 1 < o.backward_passes_per_step || !o.overlap || p.ready) return;
   fill(i);
   if (--buckets[p.bucket].pending == 0) launch_ready();
@@ -235,16 +267,15 @@ void DistributedOptimizer::Impl::fill(std::size_t i) {
   ::torch::NoGradGuard no_grad;
   ::torch::Tensor slot = b.flat.narrow(0, p.offset, p.numel);
   p.ready = true;
-  const ::torch::Tensor& g = p.tensor.grad();
+  const ::torch::Tensor g = p.tensor.grad();
   if (!p.seen || !g.defined()) {
     slot.zero_();
+    if (p.use_view) p.tensor.mutable_grad() = p.view;
     return;
   }
+  if (p.grad_is_view()) return;  // backward accumulated straight into the bucket
   if (g.is_sparse()) {
-    errors.push_back(fmt::format(
-        "parameter '{}' received a sparse gradient; DistributedOptimizer reduces dense "
-        "gradients only (e.g. construct the embedding with sparse=false)",
-        p.name));
+    errors.push_back(sparse_error(p.name));
     slot.zero_();
     return;
   }
@@ -257,6 +288,8 @@ void DistributedOptimizer::Impl::fill(std::size_t i) {
   }
   // copy_ handles non-contiguous gradients and a dtype differing from the parameter's.
   slot.view(g.sizes()).copy_(g);
+  // E.g. the user reset .grad to undefined and AccumulateGrad made a new one.
+  if (p.use_view && g.sizes() == p.tensor.sizes()) p.tensor.mutable_grad() = p.view;
 }
 
 void DistributedOptimizer::Impl::launch_ready() {
@@ -346,7 +379,8 @@ void DistributedOptimizer::Impl::synchronize() {
     }
     for (auto pi : b.params) {
       auto& p = params[pi];
-      ::torch::Tensor slot = b.flat.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
+      if (p.grad_is_view()) continue;  // already holds the result
+      ::torch::Tensor slot = p.view;
       ::torch::Tensor& g = p.tensor.mutable_grad();
       if (g.defined() && !g.is_sparse() && g.sizes() == p.tensor.sizes() &&
           g.is_non_overlapping_and_dense()) {
@@ -357,6 +391,31 @@ void DistributedOptimizer::Impl::synchronize() {
     }
   }
   synchronized = true;
+}
+
+void DistributedOptimizer::Impl::zero_grad() {
+  std::lock_guard<std::mutex> lock(mu);
+  ::torch::NoGradGuard no_grad;
+  bool views = false;
+  for (auto& p : params) {
+    if (!p.use_view) continue;
+    views = true;
+    if (!p.grad_is_view()) p.tensor.mutable_grad() = p.view;
+  }
+  if (!views) {
+    opt->zero_grad();
+    return;
+  }
+  // One memset per bucket instead of one kernel per parameter.
+  for (auto& b : buckets) b.flat.zero_();
+  for (auto& p : params) {
+    if (p.use_view) continue;
+    auto& g = p.tensor.mutable_grad();
+    if (g.defined()) {
+      g = g.detach();
+      g.zero_();
+    }
+  }
 }
 
 // --- public face ----------------------------------------------------------
@@ -398,7 +457,7 @@ void DistributedOptimizer::step() {
   impl_->opt->step();
 }
 
-void DistributedOptimizer::zero_grad() { impl_->opt->zero_grad(); }
+void DistributedOptimizer::zero_grad() { impl_->zero_grad(); }
 
 ::torch::optim::Optimizer& DistributedOptimizer::optimizer() { return *impl_->opt; }
 const ::torch::optim::Optimizer& DistributedOptimizer::optimizer() const { return *impl_->opt; }

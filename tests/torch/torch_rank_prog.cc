@@ -129,6 +129,7 @@ DistributedOptimizerOptions optimizer_options(const Args& a) {
   o.reduction = a.flag("sum") ? kolo::torch::Reduction::Sum : kolo::torch::Reduction::Average;
   o.overlap = !a.flag("no-overlap");
   o.find_unused_parameters = a.flag("find-unused");
+  o.gradient_as_bucket_view = !a.flag("copy-grads");
   if (a.flag("small-buckets")) {  // many buckets: exercises their ordering
     o.first_bucket_cap_bytes = 64;
     o.bucket_cap_bytes = 1024;
@@ -165,7 +166,11 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
   }
 
   for (long s = 0; s < K; ++s) {
-    opt.zero_grad();
+    if (a.flag("grads-to-none")) {  // AccumulateGrad then makes fresh .grad tensors
+      for (auto& p : net.parameters()) p.mutable_grad() = torch::Tensor();
+    } else {
+      opt.zero_grad();
+    }
     const long base = (s * global) % (d.x.size(0) - global) + r * b;
     const long micro = b / acc;
     for (long m = 0; m < acc; ++m) {
