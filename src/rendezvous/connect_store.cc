@@ -9,6 +9,15 @@
 //    also stored in the store, guards against a stale file of a crashed job
 //    whose port now belongs to some other store. Rank 0 removes the file as
 //    soon as every rank has checked in, or when it gives up.
+//
+// The job's key (auth.h) comes from KOLO_SECRET. Without it, case 2 uses the
+// token, a random secret that only the user's own processes can read (the
+// file is mode 0600), and case 1 derives a key from what every rank knows:
+// the launcher, job id, store address and size. That key keeps out the ranks
+// of other jobs and stale ranks of earlier runs with another job id, not a
+// process that knows those facts: an info message says so.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -16,7 +25,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include "core/config.h"
@@ -42,13 +50,20 @@ std::string rendezvous_file(const Discovery& d) {
   return "/tmp/kolo-rdv-" + key;
 }
 
-// Write-then-rename, so that a reader sees the whole line or no file.
+// Write-then-rename, so that a reader sees the whole line or no file. Mode
+// 0600: the token in it is the job's secret when KOLO_SECRET is not set.
 void publish(const std::string& path, const std::string& text) {
   const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text << '\n';
-    if (!f.flush()) fail("rendezvous: cannot write {}: {}", tmp, errno_text(errno));
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) fail("rendezvous: cannot write {}: {}", tmp, errno_text(errno));
+  const std::string line = text + '\n';
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  const int err = errno;
+  ::close(fd);
+  if (!ok) {
+    std::remove(tmp.c_str());
+    fail("rendezvous: cannot write {}: {}", tmp, errno_text(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
@@ -57,16 +72,37 @@ void publish(const std::string& path, const std::string& text) {
   }
 }
 
-std::string random_token() {
-  std::random_device rd;
-  return fmt::format("{:08x}{:08x}{:08x}", rd(), rd(), ::getpid());
+auth::Identity identity(const Discovery& d) { return {d.rank, d.size, -1}; }
+
+// The key of a job whose launcher named the store (case 1).
+auth::Key named_store_key(const Discovery& d) {
+  if (!d.secret.empty()) {
+    if (d.secret.size() < 16 && d.rank == 0)
+      log(LogLevel::Warn, "KOLO_SECRET has only {} characters; a secret this short can be guessed: "
+          "use e.g. $(openssl rand -hex 16)", d.secret.size());
+    return auth::Key::from_secret(d.secret);
+  }
+  if (d.rank == 0)
+    log(LogLevel::Info, "KOLO_SECRET is not set: this job is not protected by a secret. Its ranks "
+        "authenticate with a key derived from the job id and store address, which keeps out other "
+        "jobs but not a process that knows them. Give every rank the same random KOLO_SECRET, e.g. "
+        "mpirun -x KOLO_SECRET=$(openssl rand -hex 16) ..., or srun --export=ALL,KOLO_SECRET=... "
+        "(kolorun does this itself)");
+  return auth::Key::from_secret(fmt::format("kolo default secret|{}|{}|{}|{}|{}", d.source, d.job_id,
+                                            d.store_host, d.store_port, d.size));
+}
+
+// Case 2: KOLO_SECRET, or else the token rank 0 publishes in the 0600 file.
+auth::Key file_key(const Discovery& d, const std::string& token) {
+  return auth::Key::from_secret(d.secret.empty() ? token : d.secret);
 }
 
 std::unique_ptr<StoreClient> host_via_file(const Discovery& d, std::unique_ptr<StoreServer>& hosted,
                                            const std::string& path, Millis timeout) {
-  hosted = std::make_unique<StoreServer>("127.0.0.1", 0);
-  const std::string token = random_token();
-  auto client = std::make_unique<StoreClient>("127.0.0.1", hosted->port(), timeout);
+  const std::string token = auth::random_secret();
+  const auth::Key key = file_key(d, token);
+  hosted = std::make_unique<StoreServer>("127.0.0.1", 0, key);
+  auto client = std::make_unique<StoreClient>("127.0.0.1", hosted->port(), timeout, key, identity(d));
   client->set(kTokenKey, token);
   publish(path, fmt::format("127.0.0.1:{} {}", hosted->port(), token));
   log(LogLevel::Info, "rendezvous: store on 127.0.0.1:{}, published in {}", hosted->port(), path);
@@ -102,8 +138,10 @@ std::unique_ptr<StoreClient> join_via_file(const Discovery& d, const std::string
       try {
         // A short connect timeout: a stale file's port refuses at once, and
         // rank 0 may be about to replace the file.
+        // A store of another job (a stale file) refuses our key: we retry.
         auto client = std::make_unique<StoreClient>(addr.substr(0, colon),
-                                                    std::stoi(addr.substr(colon + 1)), Millis{1000});
+                                                    std::stoi(addr.substr(colon + 1)), Millis{1000},
+                                                    file_key(d, token), identity(d));
         // Rank 0 stores the token before it publishes the file: no waiting.
         if (client->check({kTokenKey}) && client->get(kTokenKey, Millis{0}) == token) {
           client->set(kJoinedPrefix + std::to_string(d.rank), "");
@@ -129,14 +167,17 @@ std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<S
   const Millis timeout{config::rendezvous_timeout_ms()};
   if (!d.store_host.empty()) {
     // Bound to every interface: the other ranks come from other hosts.
-    if (d.rank0_hosts_store && d.rank == 0) hosted = std::make_unique<StoreServer>("0.0.0.0", d.store_port);
-    return std::make_unique<StoreClient>(d.store_host, d.store_port, timeout);
+    const auth::Key key = named_store_key(d);
+    if (d.rank0_hosts_store && d.rank == 0) hosted = std::make_unique<StoreServer>("0.0.0.0", d.store_port, key);
+    return std::make_unique<StoreClient>(d.store_host, d.store_port, timeout, key, identity(d));
   }
   if (!d.rank0_hosts_store)
     fail("rendezvous: the launcher ({}) hosts the store but gave no address (KOLO_STORE_ADDR)", d.source);
   if (d.size == 1) {
-    hosted = std::make_unique<StoreServer>("127.0.0.1", 0);
-    return std::make_unique<StoreClient>("127.0.0.1", hosted->port(), timeout);
+    // Nobody else needs to reach this store: a random key keeps everyone out.
+    const auth::Key key = auth::Key::random();
+    hosted = std::make_unique<StoreServer>("127.0.0.1", 0, key);
+    return std::make_unique<StoreClient>("127.0.0.1", hosted->port(), timeout, key, identity(d));
   }
   const std::string path = rendezvous_file(d);
   return d.rank == 0 ? host_via_file(d, hosted, path, timeout) : join_via_file(d, path, timeout);

@@ -207,6 +207,7 @@ Discovery discover(const Env& env) {
     parse_store_addr(*addr, d);
     if (d.source == "kolo") d.rank0_hosts_store = false;
   }
+  if (const std::string* secret = var(env, "KOLO_SECRET")) d.secret = *secret;
   return d;
 }
 

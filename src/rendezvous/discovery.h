@@ -18,6 +18,15 @@
 //             in /tmp (one-host jobs only).
 // KOLO_STORE_ADDR=host:port overrides the address under every launcher; it is
 // how the ranks of a multi-host mpirun learn where rank 0 hosts the store.
+//
+// The job's secret: KOLO_SECRET, the same on every rank (kolorun makes one).
+// Every store and data connection proves knowledge of it (auth.h). Other
+// launchers do not set it; pass one through them, e.g.
+//   mpirun -x KOLO_SECRET=$(openssl rand -hex 16) -np 8 ./train
+//   KOLO_SECRET=$(openssl rand -hex 16) srun --export=ALL,KOLO_SECRET -n 8 ./train
+//   KOLO_SECRET=... torchrun ...   (torchrun passes its environment on)
+// Without it the ranks derive a key from what they share (job id, store
+// address): that keeps out ranks of other jobs, not a process that knows them.
 #pragma once
 
 #include <map>
@@ -43,6 +52,7 @@ struct Discovery {
   int store_port = 0;
   bool rank0_hosts_store = false;  // true unless kolorun hosts it
   std::string job_id;              // unique per job where the launcher gives one
+  std::string secret;              // KOLO_SECRET; empty: not given
 };
 
 // Pure function of the environment (tests pass a map). Throws kolo::Error

@@ -4,6 +4,10 @@
 // Operations: set, get (waits until the key exists), wait for several keys,
 // atomic add on a 64-bit counter, check. Every wait has a deadline and a
 // timeout names the keys that never appeared.
+//
+// Every connection starts with the handshake of auth.h: the client proves it
+// holds the job's key before the server reads a single request from it, and
+// the server proves it holds the key before the client sends one.
 #pragma once
 
 #include <chrono>
@@ -12,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/auth.h"
+
 namespace kolo::rdv {
 
 using Millis = std::chrono::milliseconds;
@@ -19,7 +25,14 @@ using Millis = std::chrono::milliseconds;
 class StoreServer {
  public:
   // Binds host:port (port 0 = an ephemeral port chosen by the kernel) and
-  // serves on a thread of its own until destroyed or stop() is called.
+  // serves on a thread of its own until destroyed or stop() is called. Only
+  // clients that prove they hold `key` are served; the others are closed and
+  // logged.
+  StoreServer(const std::string& bind_host, int port, const auth::Key& key);
+  // Transitional: a store that does not know the job's key checks nothing
+  // (its challenge says so, and clients accept it with an info message).
+  // Only kolorun still calls this, until it passes the job's key.
+  [[deprecated("pass the job's key: a store without one lets any client in")]]
   explicit StoreServer(const std::string& bind_host = "0.0.0.0", int port = 0);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
@@ -29,14 +42,18 @@ class StoreServer {
   void stop();
 
  private:
+  void start(const std::string& bind_host, int port, const auth::Key* key);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
 class StoreClient {
  public:
-  // Connects, retrying until connect_timeout (the server may start later).
-  StoreClient(const std::string& host, int port, Millis connect_timeout);
+  // Connects, retrying until connect_timeout (the server may start later),
+  // and authenticates with `key` as `me`. A store that refuses the key, or
+  // cannot prove it holds it, is an error at once (it belongs to another job).
+  StoreClient(const std::string& host, int port, Millis connect_timeout, const auth::Key& key,
+              const auth::Identity& me = {});
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -54,6 +71,10 @@ class StoreClient {
   // The local IP address of this connection: an address of this host that
   // the store's host can reach, which ranks publish for their data sockets.
   std::string local_address() const;
+
+  // The job's key this client authenticated with: the data connections prove
+  // it to each other too.
+  const auth::Key& job_key() const;
 
  private:
   struct Impl;

@@ -2,15 +2,22 @@
 // time (a mutex lets several threads share a client). Every read has a
 // deadline, so a store host that vanishes without closing the connection
 // still ends in an error instead of a hang.
+//
+// Before its first request the client authenticates (auth.h) and checks the
+// store's proof: a store of another job (a different KOLO_SECRET, or a stale
+// store on a reused port) is a clear error at once, never a hang or a
+// conversation with the wrong job.
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_protocol.h"
 #include "rendezvous/store_socket.h"
@@ -39,6 +46,7 @@ struct StoreClient::Impl {
   int port = 0;
   Fd fd;
   std::mutex mu;
+  std::optional<auth::Key> key;  // always set once constructed
 
   proto::Response call(const proto::Request& req, Millis timeout);
   void send_all(const std::string& bytes);
@@ -46,28 +54,62 @@ struct StoreClient::Impl {
   [[noreturn]] void lost(const std::string& why);
 };
 
-StoreClient::StoreClient(const std::string& host, int port, Millis connect_timeout)
+StoreClient::StoreClient(const std::string& host, int port, Millis connect_timeout, const auth::Key& key,
+                         const auth::Identity& me)
     : impl_(std::make_unique<Impl>()) {
   impl_->host = host;
   impl_->port = port;
+  impl_->key = key;
   const auto deadline = Clock::now() + connect_timeout;
   Millis backoff{10};
   std::string why;
   for (;;) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     impl_->fd = try_connect(host, port, std::max(left, Millis{1}), &why);
-    if (impl_->fd.valid()) break;
+    if (impl_->fd.valid()) {
+      // A store answers at once; the floor covers a short connect timeout.
+      const auto hs_deadline = std::max(deadline, Clock::now() + auth::kAnswerTimeout);
+      const auth::Outcome o =
+          auth::connect_handshake(impl_->fd.get(), key, auth::Channel::Store, me, hs_deadline);
+      switch (o.status) {
+        case auth::Outcome::Accepted:
+          if (o.open)
+            log(LogLevel::Info, "rendezvous: the store at {}:{} does not check the job's secret "
+                "(started without the job's key)", host, port);
+          return;
+        case auth::Outcome::Rejected:
+          impl_->fd.reset();
+          fail("rendezvous: the store at {}:{} rejected this rank's credentials (different job or "
+               "KOLO_SECRET?)", host, port);
+        case auth::Outcome::Forged:
+          impl_->fd.reset();
+          fail("rendezvous: the store at {}:{} could not prove it knows this job's secret: it "
+               "belongs to another job (different KOLO_SECRET, or a stale store on a reused port)",
+               host, port);
+        case auth::Outcome::NotKolo:
+        case auth::Outcome::WrongPeer:
+          impl_->fd.reset();
+          fail("rendezvous: {}:{} is not a kolo rendezvous store ({})", host, port, o.detail);
+        case auth::Outcome::TimedOut:
+          impl_->fd.reset();
+          fail("rendezvous: the store at {}:{} did not complete the authentication handshake in time",
+               host, port);
+        case auth::Outcome::Closed:
+        case auth::Outcome::IoFailed:
+          // Closed before its challenge: a store going down or not up yet.
+          impl_->fd.reset();
+          why = o.detail;
+          break;
+      }
+    }
     if (Clock::now() >= deadline)
       fail("rendezvous: could not connect to the rendezvous store at {}:{} within {} ms: {}", host,
            port, connect_timeout.count(), why);
     // The store may not be up yet (it starts with rank 0 or kolorun): retry,
     // backing off so that many waiting ranks do not flood it.
-    std::this_thread::sleep_for(std::min(backoff, left));
+    std::this_thread::sleep_for(std::min(backoff, std::max(Millis{1}, std::chrono::duration_cast<Millis>(deadline - Clock::now()))));
     backoff = std::min(backoff * 2, Millis{500});
   }
-  // Authentication goes here: once a per-job secret exists, the client reads
-  // the server's nonce and answers it before sending any request (see the
-  // comment at the top of store_server.cc).
 }
 
 StoreClient::~StoreClient() = default;
@@ -158,6 +200,8 @@ void StoreClient::wait(const std::vector<std::string>& keys, Millis timeout) {
 bool StoreClient::check(const std::vector<std::string>& keys) {
   return impl_->call({proto::Op::Check, keys, {}, 0}, Millis{0}).number != 0;
 }
+
+const auth::Key& StoreClient::job_key() const { return *impl_->key; }
 
 std::string StoreClient::local_address() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -16,11 +16,13 @@
 // A connection that breaks the framing (oversize length prefix, malformed
 // body) is closed and logged; the server goes on serving everyone else.
 //
-// Authentication: a per-job secret is not checked yet. When it is, the
-// handshake belongs in accept_all() / on_readable(): a connection starts
-// unauthenticated, the server sends its nonce on accept, and on_readable()
-// checks the client's answer before handing any byte to take_frame(), so no
-// request of an unauthenticated peer is ever parsed.
+// Authentication (auth.h): on accept the server sends its challenge, and
+// until the connection's answer has been checked the server reads at most the
+// answer's fixed kAnswerBytes from it and nothing is parsed as a frame, so
+// a length prefix is never even looked at before the peer has proved it
+// holds the job's key. A wrong answer, bytes that cannot begin one, or no
+// answer within auth::kAnswerTimeout close the connection with a warning
+// naming the peer; everyone else is served on.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -30,6 +32,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
@@ -62,7 +65,12 @@ struct Parked {
 struct Conn {
   Fd fd;
   std::string peer;  // "ip:port", for the log
-  std::string in;    // bytes received and not yet parsed: at most one frame and one read
+  bool authed = false;
+  auth::Challenge challenge{};  // sent on accept; the answer must match it
+  auth::Identity who;           // what the peer claimed, once authenticated
+  // Before authentication: the answer's bytes so far (at most kAnswerBytes).
+  // After: bytes received and not yet parsed, at most one frame and one read.
+  std::string in;
   std::string out;   // reply bytes the socket has not taken yet
   std::optional<Parked> parked;
   bool closed = false;  // dropped; erased at the end of the loop iteration
@@ -91,6 +99,7 @@ constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 }  // namespace
 
 struct StoreServer::Impl {
+  std::optional<auth::Key> key;  // none: the transitional open store
   Fd listener;
   Fd wake;  // eventfd: stop() writes it to get the thread out of poll()
   int port = 0;
@@ -104,12 +113,17 @@ struct StoreServer::Impl {
   std::unordered_map<std::string, std::vector<ConnId>> waiting_for;
   std::set<std::pair<Clock::time_point, ConnId>> deadlines;
   std::vector<ConnId> runnable;  // unparked or drained, with requests still buffered
+  // Connections still to authenticate, by deadline (a FIFO: the timeout is fixed).
+  std::deque<std::pair<Clock::time_point, ConnId>> auth_deadlines;
   Clock::time_point accept_paused_until{};
 
   void run();
   int poll_timeout_ms(Clock::time_point now) const;
   void accept_all();
   void on_readable(ConnId id);
+  void on_handshake_bytes(ConnId id);
+  void reject(ConnId id, const std::string& why);
+  void expire_handshakes(Clock::time_point now);
   void flush(ConnId id);
   void process(ConnId id);
   void handle(ConnId id, proto::Request& req);
@@ -122,12 +136,25 @@ struct StoreServer::Impl {
   void expire(Clock::time_point now);
 };
 
+StoreServer::StoreServer(const std::string& bind_host, int port, const auth::Key& key)
+    : impl_(std::make_unique<Impl>()) {
+  start(bind_host, port, &key);
+}
+
 StoreServer::StoreServer(const std::string& bind_host, int port) : impl_(std::make_unique<Impl>()) {
+  start(bind_host, port, nullptr);
+}
+
+void StoreServer::start(const std::string& bind_host, int port, const auth::Key* key) {
+  if (key) impl_->key = *key;
   impl_->listener = listen_tcp(bind_host, port, &impl_->port);
   impl_->wake = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!impl_->wake.valid()) fail("rendezvous: eventfd(): {}", errno_text(errno));
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
   log(LogLevel::Info, "rendezvous store listening on {}:{}", bind_host, impl_->port);
+  if (!key)
+    log(LogLevel::Info, "rendezvous store on {}:{} was started without the job's key: it lets any "
+        "client in", bind_host, impl_->port);
 }
 
 StoreServer::~StoreServer() { stop(); }
@@ -173,7 +200,8 @@ void StoreServer::Impl::run() {
         const ConnId id = ids[i];
         if (rev == 0 || conns.at(id).closed) continue;
         if ((rev & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) && (!(rev & POLLIN) || conns.at(id).parked)) {
-          close(id, "peer hung up", LogLevel::Debug);
+          if (!conns.at(id).authed) reject(id, "hung up before authenticating");
+          else close(id, "peer hung up", LogLevel::Debug);
           continue;
         }
         if (rev & POLLOUT) {
@@ -185,6 +213,7 @@ void StoreServer::Impl::run() {
       }
     }
     expire(Clock::now());
+    expire_handshakes(Clock::now());
     while (!runnable.empty()) {
       const ConnId id = runnable.back();
       runnable.pop_back();
@@ -197,6 +226,8 @@ void StoreServer::Impl::run() {
 int StoreServer::Impl::poll_timeout_ms(Clock::time_point now) const {
   std::optional<Clock::time_point> next;
   if (!deadlines.empty()) next = deadlines.begin()->first;
+  if (!auth_deadlines.empty())
+    next = std::min(next.value_or(auth_deadlines.front().first), auth_deadlines.front().first);
   if (accept_paused_until > now) next = std::min(next.value_or(accept_paused_until), accept_paused_until);
   if (!next) return -1;
   if (*next <= now) return 0;
@@ -226,12 +257,18 @@ void StoreServer::Impl::accept_all() {
     c.fd = Fd(fd);
     c.peer = address_text(reinterpret_cast<sockaddr*>(&ss), /*with_port=*/true);
     log(LogLevel::Debug, "rendezvous store: connection from {}", c.peer);
-    conns.emplace(next_id++, std::move(c));
+    c.challenge = auth::make_challenge(auth::Channel::Store, -1, /*open=*/!key);
+    c.out.assign(reinterpret_cast<const char*>(c.challenge.data()), c.challenge.size());
+    const ConnId id = next_id++;
+    conns.emplace(id, std::move(c));
+    auth_deadlines.emplace_back(Clock::now() + auth::kAnswerTimeout, id);
+    flush(id);  // a fresh socket takes the 48 bytes at once
   }
 }
 
 void StoreServer::Impl::on_readable(ConnId id) {
   Conn& c = conns.at(id);
+  if (!c.authed) return on_handshake_bytes(id);
   char buf[64 << 10];
   ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
   if (n == 0) return close(id, "peer closed the connection", LogLevel::Debug);
@@ -243,6 +280,61 @@ void StoreServer::Impl::on_readable(ConnId id) {
   process(id);
 }
 
+// Reads the answer to the challenge, never a byte past it: the peer's
+// requests stay in the socket until it is authenticated.
+void StoreServer::Impl::on_handshake_bytes(ConnId id) {
+  Conn& c = conns.at(id);
+  char buf[auth::kAnswerBytes];
+  const std::size_t want = auth::kAnswerBytes - c.in.size();
+  ssize_t n = ::recv(c.fd.get(), buf, want, 0);
+  if (n == 0)
+    return reject(id, fmt::format("closed the connection before authenticating ({} of {} handshake bytes)",
+                                  c.in.size(), auth::kAnswerBytes));
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    return reject(id, fmt::format("{} before authenticating", errno_text(errno)));
+  }
+  c.in.append(buf, n);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(c.in.data());
+  if (!auth::answer_prefix_ok(bytes, c.in.size())) return reject(id, "not a kolo handshake");
+  if (c.in.size() < auth::kAnswerBytes) return;
+  std::string why;
+  const auto who = auth::check_answer(key ? &*key : nullptr, c.challenge, bytes, c.in.size(), &why);
+  if (!who) return reject(id, why);
+  auth::Answer answer;
+  std::copy(bytes, bytes + answer.size(), answer.begin());
+  c.authed = true;
+  c.who = *who;
+  c.in.clear();
+  log(LogLevel::Debug, "rendezvous store: {} authenticated from {}",
+      who->rank >= 0 ? fmt::format("rank {}", who->rank) : std::string("a client"), c.peer);
+  const auth::Verdict v = auth::make_verdict(key ? &*key : nullptr, c.challenge, answer, true);
+  c.out.append(reinterpret_cast<const char*>(v.data()), v.size());
+  flush(id);
+}
+
+// Refuses a connection that has not proved it holds the key: tells it so
+// (best effort, so that a rank of another job gets a clear error rather than
+// a reset) and closes it.
+void StoreServer::Impl::reject(ConnId id, const std::string& why) {
+  Conn& c = conns.at(id);
+  if (c.closed) return;
+  log(LogLevel::Warn, "rendezvous store: rejected a connection from {}: {}", c.peer, why);
+  const auth::Verdict v = auth::make_verdict(nullptr, c.challenge, auth::Answer{}, false);
+  [[maybe_unused]] ssize_t n = ::send(c.fd.get(), v.data(), v.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  close(id, "rejected", LogLevel::Debug);
+}
+
+void StoreServer::Impl::expire_handshakes(Clock::time_point now) {
+  while (!auth_deadlines.empty() && auth_deadlines.front().first <= now) {
+    const ConnId id = auth_deadlines.front().second;
+    auth_deadlines.pop_front();
+    auto it = conns.find(id);
+    if (it != conns.end() && !it->second.authed && !it->second.closed)
+      reject(id, fmt::format("no credentials within {} ms", auth::kAnswerTimeout.count()));
+  }
+}
+
 // Handles the complete frames buffered for a connection, until it parks or
 // its replies back up.
 void StoreServer::Impl::process(ConnId id) {
@@ -251,7 +343,7 @@ void StoreServer::Impl::process(ConnId id) {
     auto it = conns.find(id);
     if (it == conns.end()) return;
     Conn& c = it->second;
-    if (c.closed || c.parked || !c.out.empty()) return;
+    if (c.closed || !c.authed || c.parked || !c.out.empty()) return;
     proto::Request req;
     try {
       if (!proto::take_frame(c.in, body)) return;

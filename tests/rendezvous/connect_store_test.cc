@@ -76,8 +76,10 @@ TEST(ConnectStore, RankZeroHostsTheStoreAtTheGivenAddress) {
 }
 
 TEST(ConnectStore, LauncherHostedStoreIsOnlyConnectedTo) {
-  StoreServer kolorun("127.0.0.1", 0);
+  // kolorun gives its store and every rank the job's KOLO_SECRET.
+  StoreServer kolorun("127.0.0.1", 0, auth::Key::from_secret("0123456789abcdef0123456789abcdef"));
   Discovery d;
+  d.secret = "0123456789abcdef0123456789abcdef";
   d.source = "kolo";
   d.size = 3;
   d.store_host = "127.0.0.1";
@@ -119,8 +121,9 @@ TEST(ConnectStore, StaleFileOfAnotherStoreIsNotTrusted) {
   d.job_id = unique_job("stale");
   d.rank0_hosts_store = true;
   const std::string path = "/tmp/kolo-rdv-" + d.job_id;
-  // A live store of some other job, and a file left behind that points at it.
-  StoreServer other("127.0.0.1", 0);
+  // A live store of some other job (another key), and a file left behind
+  // that points at it.
+  StoreServer other("127.0.0.1", 0, test::key());
   std::ofstream(path) << "127.0.0.1:" << other.port() << " not-this-job\n";
   std::thread rank1([&] {
     std::this_thread::sleep_for(100ms);
@@ -134,7 +137,7 @@ TEST(ConnectStore, StaleFileOfAnotherStoreIsNotTrusted) {
   auto c = connect_store(d, hosted);
   EXPECT_EQ(c->get("from1", 5000ms), "x");
   rank1.join();
-  EXPECT_FALSE(StoreClient("127.0.0.1", other.port(), 1000ms).check({"kolo/rdv/joined/1"}));
+  EXPECT_FALSE(StoreClient("127.0.0.1", other.port(), 1000ms, test::key()).check({"kolo/rdv/joined/1"}));
   EXPECT_FALSE(file_exists(path));
 }
 

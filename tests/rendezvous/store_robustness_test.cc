@@ -16,15 +16,21 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A plain blocking TCP connection to the server.
+// A plain blocking TCP connection to the server, authenticated with the
+// test key (what comes after is up to the test), or not at all.
 class RawConn {
  public:
-  explicit RawConn(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+  explicit RawConn(int port, bool authenticate = true) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    if (authenticate) {
+      const auth::Outcome o = auth::connect_handshake(fd_, test::key(), auth::Channel::Store, {},
+                                                      std::chrono::steady_clock::now() + 5s);
+      EXPECT_EQ(o.status, auth::Outcome::Accepted) << o.detail;
+    }
   }
   ~RawConn() { ::close(fd_); }
 
@@ -68,17 +74,17 @@ class StoreRobustness : public ::testing::Test {
  protected:
   // The server still answers a well-behaved client.
   void expect_server_alive() {
-    StoreClient c("127.0.0.1", server.port(), 1000ms);
+    StoreClient c("127.0.0.1", server.port(), 1000ms, test::key());
     EXPECT_EQ(c.add("alive", 1), ++alive_count);
   }
-  StoreServer server{"127.0.0.1", 0};
+  StoreServer server{"127.0.0.1", 0, test::key()};
   int alive_count = 0;
 };
 
 TEST_F(StoreRobustness, GarbageClosesThatConnectionOnly) {
-  StoreClient bystander("127.0.0.1", server.port(), 1000ms);
+  StoreClient bystander("127.0.0.1", server.port(), 1000ms, test::key());
   bystander.set("k", "v");
-  RawConn raw(server.port());
+  RawConn raw(server.port());  // authenticated: garbage after the handshake
   raw.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_TRUE(raw.closed_by_server());
   EXPECT_EQ(bystander.get("k", 100ms), "v");
@@ -149,13 +155,13 @@ TEST_F(StoreRobustness, ClientVanishingWhileParkedDoesNotDisturbOthers) {
   }
   expect_server_alive();
   // Setting the key the vanished client waited for must not reply to it.
-  StoreClient c("127.0.0.1", server.port(), 1000ms);
+  StoreClient c("127.0.0.1", server.port(), 1000ms, test::key());
   c.set("never", "now");
   expect_server_alive();
 }
 
 TEST_F(StoreRobustness, ClientRefusesAnOversizeValue) {
-  StoreClient c("127.0.0.1", server.port(), 1000ms);
+  StoreClient c("127.0.0.1", server.port(), 1000ms, test::key());
   const std::string e = test::error_of([&] { c.set("big", std::string(proto::kMaxBodyBytes, 'x')); });
   EXPECT_NE(e.find("cannot set key big"), std::string::npos) << e;
   c.set("small", "ok");  // nothing was sent: the connection is intact

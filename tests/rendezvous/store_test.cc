@@ -21,9 +21,9 @@ using Clock = std::chrono::steady_clock;
 class StoreTest : public ::testing::Test {
  protected:
   std::unique_ptr<StoreClient> client() {
-    return std::make_unique<StoreClient>("127.0.0.1", server.port(), 5000ms);
+    return std::make_unique<StoreClient>("127.0.0.1", server.port(), 5000ms, test::key());
   }
-  StoreServer server{"127.0.0.1", 0};
+  StoreServer server{"127.0.0.1", 0, test::key()};
 };
 
 TEST_F(StoreTest, SetThenGetReturnsTheValue) {
@@ -185,9 +185,9 @@ TEST(StoreConnect, ClientWaitsForAServerThatStartsLater) {
   std::unique_ptr<StoreServer> server;
   std::thread starter([&] {
     std::this_thread::sleep_for(200ms);
-    server = std::make_unique<StoreServer>("127.0.0.1", port);
+    server = std::make_unique<StoreServer>("127.0.0.1", port, test::key());
   });
-  StoreClient c("127.0.0.1", port, 5000ms);
+  StoreClient c("127.0.0.1", port, 5000ms, test::key());
   starter.join();
   c.set("k", "v");
   EXPECT_EQ(c.get("k", 100ms), "v");
@@ -196,7 +196,7 @@ TEST(StoreConnect, ClientWaitsForAServerThatStartsLater) {
 TEST(StoreConnect, ConnectTimeoutNamesTheAddress) {
   const int port = test::free_port();
   const auto t0 = Clock::now();
-  const std::string e = error_of([&] { StoreClient("127.0.0.1", port, 200ms); });
+  const std::string e = error_of([&] { StoreClient("127.0.0.1", port, 200ms, test::key()); });
   EXPECT_LT(Clock::now() - t0, 2s);
   EXPECT_NE(e.find(fmt::format("could not connect to the rendezvous store at 127.0.0.1:{} within 200 ms", port)),
             std::string::npos)
@@ -204,15 +204,15 @@ TEST(StoreConnect, ConnectTimeoutNamesTheAddress) {
 }
 
 TEST(StoreConnect, ServerOnAPortInUseIsAnError) {
-  StoreServer first("127.0.0.1", 0);
-  const std::string e = error_of([&] { StoreServer("127.0.0.1", first.port()); });
+  StoreServer first("127.0.0.1", 0, test::key());
+  const std::string e = error_of([&] { StoreServer("127.0.0.1", first.port(), test::key()); });
   EXPECT_NE(e.find(fmt::format("cannot listen on 127.0.0.1:{}", first.port())), std::string::npos) << e;
 }
 
 TEST(StoreShutdown, RequestAfterTheServerIsGoneIsALostConnection) {
-  auto server = std::make_unique<StoreServer>("127.0.0.1", 0);
+  auto server = std::make_unique<StoreServer>("127.0.0.1", 0, test::key());
   const int port = server->port();
-  StoreClient c("127.0.0.1", port, 1000ms);
+  StoreClient c("127.0.0.1", port, 1000ms, test::key());
   c.set("k", "v");
   server.reset();
   const std::string e = error_of([&] { c.set("k", "w"); });
@@ -223,8 +223,8 @@ TEST(StoreShutdown, RequestAfterTheServerIsGoneIsALostConnection) {
 }
 
 TEST(StoreShutdown, PendingGetFailsAtOnceWhenTheServerStops) {
-  StoreServer server("127.0.0.1", 0);
-  StoreClient c("127.0.0.1", server.port(), 1000ms);
+  StoreServer server("127.0.0.1", 0, test::key());
+  StoreClient c("127.0.0.1", server.port(), 1000ms, test::key());
   std::thread stopper([&] {
     std::this_thread::sleep_for(100ms);
     server.stop();

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kolo/kolo.h"
+#include "rendezvous/auth.h"
 
 namespace kolo::rdv::test {
 
@@ -24,6 +25,12 @@ std::string error_of(F&& f) {
   }
   ADD_FAILURE() << "expected a kolo::Error";
   return "";
+}
+
+// The job key the store tests' servers and clients share.
+inline const auth::Key& key() {
+  static const auth::Key k = auth::Key::from_secret("kolo rendezvous tests");
+  return k;
 }
 
 // A port that was free a moment ago (the kernel hands out ephemeral ports
