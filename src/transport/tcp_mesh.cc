@@ -1,26 +1,22 @@
 #include "transport/tcp_mesh.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "rendezvous/auth.h"
+#include "rendezvous/store_socket.h"
 
 namespace kolo::transport {
 
 namespace {
-
-constexpr std::uint32_t kHelloMagic = 0x6b6f6c6f;  // "kolo"
-
-struct Hello {
-  std::uint32_t magic;
-  std::int32_t rank;
-  std::int32_t size;
-};
 
 std::pair<std::string, int> split_addr(const std::string& addr) {
   auto colon = addr.rfind(':');
@@ -29,6 +25,18 @@ std::pair<std::string, int> split_addr(const std::string& addr) {
 
 }  // namespace
 
+// Building the mesh. Lower ranks accept, higher ranks connect: each pair gets
+// one connection. Every connection starts with the handshake of
+// rendezvous/auth.h, keyed by the job's key the store client authenticated
+// with: the acceptor challenges, the connector answers with its rank, the
+// job's size and the rank it means to reach under a MAC, and the acceptor
+// proves the key back. That answer (fixed size) is all an acceptor reads
+// from a connection before it is authenticated.
+//
+// The acceptor serves its handshakes side by side in one poll loop, so that
+// a connection that sends garbage, a wrong MAC or nothing at all (a port
+// scanner, a rank of another job) is rejected and logged while the ranks it
+// waits for go on connecting; an intruder never takes a rank's slot.
 TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size)
     : rank_(rank), size_(size), hdr_sent_(size, kHeader), hdr_recvd_(size, kHeader),
       hdr_in_(size), peers_(size),
@@ -36,35 +44,167 @@ TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, i
                                                                    : std::int64_t{1} << 40)),
       stall_warn_(std::chrono::milliseconds(config::stall_warn_ms())) {
   listener_ = listen_on("0.0.0.0");
-  store.set(fmt::format("{}/addr/{}", prefix, rank),
-            fmt::format("{}:{}", store.local_address(), listener_.port));
+  const std::string me = fmt::format("{}:{}", store.local_address(), listener_.port);
+  log(LogLevel::Debug, "data connections: listening on {}", me);
+  store.set(fmt::format("{}/addr/{}", prefix, rank), me);
   const auto rdv_timeout = std::chrono::milliseconds(config::rendezvous_timeout_ms());
   const auto deadline = Clock::now() + rdv_timeout;
+  const auth::Key& key = store.job_key();
 
-  // Lower ranks accept, higher ranks connect: each pair gets one connection.
   for (int peer = 0; peer < rank; ++peer) {
     auto [host, port] = split_addr(store.get(fmt::format("{}/addr/{}", prefix, peer), rdv_timeout));
     Fd fd = connect_until(host, port, deadline, fmt::format("rank {}", peer));
-    Hello hello{kHelloMagic, rank, size};
-    write_all(fd.get(), &hello, sizeof hello, fmt::format("rank {}", peer));
+    // The peer answers once it is done connecting to the ranks below it: the
+    // handshake may take until the rendezvous deadline.
+    const auth::Outcome o = auth::connect_handshake(fd.get(), key, auth::Channel::Data, {rank, size, peer}, deadline);
+    switch (o.status) {
+      case auth::Outcome::Accepted:
+        break;
+      case auth::Outcome::Rejected:
+        fail("rank {} at {}:{} rejected this rank's credentials (different job or KOLO_SECRET?)", peer, host, port);
+      case auth::Outcome::Forged:
+        fail("the data address {}:{} of rank {} answered without the job's secret ({}): is a process "
+             "of another job listening there?", host, port, peer, o.detail);
+      case auth::Outcome::NotKolo:
+      case auth::Outcome::WrongPeer:
+        fail("the data address {}:{} of rank {} is not that rank of this job ({})", host, port, peer, o.detail);
+      case auth::Outcome::TimedOut:
+        fail("timed out waiting for rank {} at {}:{} to authenticate within {} ms", peer, host, port,
+             rdv_timeout.count());
+      case auth::Outcome::Closed:
+      case auth::Outcome::IoFailed:
+        fail_io("rank {} at {}:{} dropped the connection during the handshake ({}); did it exit?", peer,
+                host, port, o.detail);
+    }
     peers_[peer] = std::move(fd);
   }
-  for (int n = rank + 1; n < size; ++n) {
-    Fd fd = accept_until(listener_, deadline, fmt::format("{} more ranks to connect", size - n));
-    Hello hello{};
-    read_all(fd.get(), &hello, sizeof hello, deadline, "a connecting rank");
-    if (hello.magic != kHelloMagic || hello.size != size || hello.rank <= rank ||
-        hello.rank >= size || peers_[hello.rank])
-      fail("unexpected connection (magic {:#x}, rank {}, size {}) while building the mesh",
-           hello.magic, hello.rank, hello.size);
-    peers_[hello.rank] = std::move(fd);
-  }
+  accept_peers(key, deadline);
   const int buf = static_cast<int>(config::tcp_buffer_bytes());
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     tune_data_socket(peers_[p].get(), buf);
     set_nonblocking(peers_[p].get(), true);
   }
+}
+
+namespace {
+
+// A connection whose answer the acceptor still waits for.
+struct Pending {
+  Fd fd;
+  std::string from;  // "ip:port"
+  auth::Challenge challenge{};
+  auth::Answer answer{};
+  std::size_t got = 0;
+  Clock::time_point until;
+};
+
+void reject(Pending& p, const std::string& why) {
+  log(LogLevel::Warn, "rejected a data connection from {}: {}", p.from, why);
+  const auth::Verdict v = auth::make_verdict(nullptr, p.challenge, p.answer, false);
+  [[maybe_unused]] ssize_t n = ::send(p.fd.get(), v.data(), v.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  p.fd.reset();
+}
+
+}  // namespace
+
+void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline) {
+  std::vector<Pending> pending;
+  std::vector<pollfd> fds;
+  set_nonblocking(listener_.fd.get(), true);
+  auto missing = [&] {
+    std::string s;
+    for (int r = rank_ + 1; r < size_; ++r)
+      if (!peers_[r]) s += (s.empty() ? "" : ", ") + std::to_string(r);
+    return s;
+  };
+  for (;;) {
+    if (missing().empty()) break;
+    const auto now = Clock::now();
+    std::erase_if(pending, [](const Pending& p) { return !p.fd; });
+    for (auto& p : pending)
+      if (p.until <= now) reject(p, fmt::format("no credentials within {} ms", auth::kAnswerTimeout.count()));
+    std::erase_if(pending, [](const Pending& p) { return !p.fd; });
+    if (now >= deadline) fail("timed out waiting for rank(s) {} to connect", missing());
+    auto wake = deadline;
+    fds.assign({{listener_.fd.get(), POLLIN, 0}});
+    for (auto& p : pending) {
+      fds.push_back({p.fd.get(), POLLIN, 0});
+      wake = std::min(wake, p.until);
+    }
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(ms, 0, 1000)));
+    if (rc < 0 && errno != EINTR) fail("poll(): {}", errno_text(errno));
+    if (rc <= 0) continue;
+
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      if (fds[i + 1].revents == 0) continue;
+      Pending& p = pending[i];
+      const ssize_t n = ::recv(p.fd.get(), p.answer.data() + p.got, p.answer.size() - p.got, 0);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (n <= 0) {
+        reject(p, n == 0 ? fmt::format("closed the connection before authenticating ({} of {} handshake bytes)",
+                                       p.got, auth::kAnswerBytes)
+                         : errno_text(errno));
+        continue;
+      }
+      p.got += static_cast<std::size_t>(n);
+      if (!auth::answer_prefix_ok(p.answer.data(), p.got)) {
+        reject(p, "not a kolo handshake");
+        continue;
+      }
+      if (p.got < p.answer.size()) continue;
+      std::string why;
+      const auto who = auth::check_answer(&key, p.challenge, p.answer.data(), p.got, &why);
+      if (!who) {
+        reject(p, why);
+        continue;
+      }
+      // The MAC is right, so this is a process of this job; check that it is
+      // one this rank waits for (a rank started twice, a mixed-up size).
+      if (who->size != size_ || who->peer != rank_ || who->rank <= rank_ || who->rank >= size_) {
+        reject(p, fmt::format("this job's credentials, but rank {} of {} for rank {}: this rank of {} "
+                              "waits for ranks {}", who->rank, who->size, who->peer, size_, missing()));
+        continue;
+      }
+      if (peers_[who->rank]) {
+        reject(p, fmt::format("rank {} is already connected", who->rank));
+        continue;
+      }
+      const auth::Verdict v = auth::make_verdict(&key, p.challenge, p.answer, true);
+      write_all(p.fd.get(), v.data(), v.size(), fmt::format("rank {}", who->rank));
+      log(LogLevel::Debug, "data connections: rank {} connected from {}", who->rank, p.from);
+      peers_[who->rank] = std::move(p.fd);
+    }
+
+    if (fds[0].revents & POLLIN) {
+      for (;;) {
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        const int fd = ::accept4(listener_.fd.get(), reinterpret_cast<sockaddr*>(&ss), &len,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR) break;
+          fail("accept(): {}", errno_text(errno));
+        }
+        Pending p;
+        p.fd = Fd(fd);
+        p.from = rdv::address_text(reinterpret_cast<sockaddr*>(&ss), /*with_port=*/true);
+        p.challenge = auth::make_challenge(auth::Channel::Data, rank_);
+        p.until = Clock::now() + auth::kAnswerTimeout;
+        // A fresh socket's buffer takes the 48 bytes at once.
+        if (::send(fd, p.challenge.data(), p.challenge.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+            static_cast<ssize_t>(p.challenge.size())) {
+          log(LogLevel::Warn, "dropped a data connection from {}: cannot send the handshake ({})", p.from,
+              errno_text(errno));
+          continue;
+        }
+        pending.push_back(std::move(p));
+      }
+    }
+  }
+  for (auto& p : pending)
+    if (p.fd) log(LogLevel::Warn, "closing a data connection from {} that never authenticated", p.from);
 }
 
 void TcpMesh::begin(const Fingerprint& fp) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/fingerprint.h"
+#include "rendezvous/auth.h"
 #include "rendezvous/store.h"
 #include "transport/socket.h"
 
@@ -38,7 +39,9 @@ struct RecvOp {
 class TcpMesh {
  public:
   // Listens, publishes this rank's address under `prefix` in the store,
-  // connects to every other rank and checks each peer's identity.
+  // connects to every other rank and authenticates each connection with the
+  // job's key (the store client's), both ways. Connections that fail to are
+  // rejected and logged while the mesh waits for the real ranks.
   TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size);
 
   // Starts a collective: the first bytes this rank sends to each peer in it
@@ -65,6 +68,9 @@ class TcpMesh {
   }
 
  private:
+  // Accepts the connections of the ranks above this one, authenticating each.
+  void accept_peers(const auth::Key& key, Clock::time_point deadline);
+
   // One pass of non-blocking I/O; returns whether any receive progressed and
   // sets `moved` if any byte moved at all.
   bool try_io(std::span<SendOp> sends, std::span<RecvOp> recvs, bool& moved, const char* what);
