@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""kolo_torch vs PyTorch DDP (Gloo) on the Fashion-MNIST training step, in one run.
+
+For each model (cnn, mlp) and rank count (1, 2) it alternates kolo's
+fashion_mnist --bench-steps and the DDP anchor (/work/shared/anchors), REPS
+times each, and prints medians, kolo/DDP ratios and scaling efficiency
+(samples/s at 2 ranks / 2 x samples/s at 1 rank); then kolo's time per step
+with and without overlap at 2 ranks. Per-rank batch 32, one thread per rank,
+OPENBLAS_NUM_THREADS=1.
+
+  bench/torch/compare.py [--build build-torch] [--reps 3] [--steps 40] [--out FILE]
+"""
+import argparse, os, platform, re, statistics, subprocess, sys, time
+
+ANCHORS = "/work/shared/anchors"
+
+
+def machine():
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    m = re.search(r"samples_per_s=(\d+)", p.stdout)
+    if p.returncode != 0 or not m:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}")
+    step = re.search(r"step_ms=([\d.]+)", p.stdout)
+    return float(m.group(1)), (float(step.group(1)) if step else None)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build-torch")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--models", default="cnn,mlp")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    kolorun = os.path.join(a.build, "tools/kolorun/kolorun")
+    prog = os.path.join(a.build, "examples/fashion_mnist/fashion_mnist")
+    # fashion_mnist raises glibc's mmap threshold itself (mallopt); the same
+    # setting reaches the Python anchor through glibc's environment tunables.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               MALLOC_MMAP_THRESHOLD_="1073741824", MALLOC_TRIM_THRESHOLD_="1073741824")
+    lines = []
+
+    def say(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
+    say(f"# kolo_torch vs PyTorch DDP (Gloo), Fashion-MNIST step, batch 32/rank, 1 thread/rank")
+    say(f"# machine: {machine()}")
+    say(f"# date: {time.strftime('%Y-%m-%d %H:%M:%S')}, load average at start: {os.getloadavg()[0]:.2f}")
+    say(f"# {a.reps} alternating repetitions of {a.steps} timed steps each; medians")
+
+    def kolo(model, n, *extra):
+        cmd = [kolorun, "-np", str(n), prog] if n > 1 else [prog]
+        return run(cmd + ["--model", model, "--batch", "32", "--threads", "1",
+                          "--bench-steps", str(a.steps), *extra], env)
+
+    def ddp(model, n):
+        e = dict(env, MODEL=model, BATCH="32", THREADS="1", STEPS=str(a.steps))
+        return run([f"{ANCHORS}/launch_torch.sh", str(n), "/usr/bin/python3",
+                    f"{ANCHORS}/ddp_fashion_mnist.py"], e)
+
+    results = {}
+    overlap = {}
+    for model in a.models.split(","):
+        for n in (1, 2):
+            k, d = [], []
+            for _ in range(a.reps):
+                k.append(kolo(model, n)[0])
+                d.append(ddp(model, n)[0])
+            results[(model, n)] = (statistics.median(k), statistics.median(d), k, d)
+        on, off = [], []
+        for _ in range(a.reps):
+            on.append(kolo(model, 2)[1])
+            off.append(kolo(model, 2, "--no-overlap")[1])
+        overlap[model] = (statistics.median(on), statistics.median(off))
+
+    say()
+    say(f"{'model':5} {'ranks':>5} {'kolo samples/s':>15} {'DDP samples/s':>14} {'kolo/DDP':>9}   runs (kolo | DDP)")
+    for (model, n), (k, d, ks, ds) in results.items():
+        say(f"{model:5} {n:5d} {k:15.0f} {d:14.0f} {k / d:8.2f}x   {ks} | {ds}")
+    say()
+    say(f"{'model':5} {'kolo scaling 1->2':>18} {'DDP scaling 1->2':>17}")
+    for model in a.models.split(","):
+        k1, d1 = results[(model, 1)][:2]
+        k2, d2 = results[(model, 2)][:2]
+        say(f"{model:5} {k2 / (2 * k1):17.0%} {d2 / (2 * d1):17.0%}")
+    say()
+    say(f"{'model':5} {'step ms, overlap':>17} {'step ms, no overlap':>20}   (kolo, 2 ranks)")
+    for model, (on, off) in overlap.items():
+        say(f"{model:5} {on:17.1f} {off:20.1f}")
+    say(f"# load average at end: {os.getloadavg()[0]:.2f}")
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
