@@ -44,6 +44,14 @@ void check_buffer(const char* what, const char* name, const void* p, std::size_t
   if (p == nullptr && bytes > 0) fail("{}: {} buffer is null but {} bytes were asked for", what, name, bytes);
 }
 
+// A null buffer passes the checks only with 0 bytes; the backends then see a
+// valid address instead, since memcpy(dst, nullptr, 0) is undefined behaviour.
+template <class P>
+P* nonnull(P* p) {
+  static char empty;
+  return p != nullptr ? p : static_cast<P*>(static_cast<void*>(&empty));
+}
+
 void check_root(const char* what, int root, int size) {
   if (root < 0 || root >= size)
     fail("{}: root {} is not a rank of this communicator (size {})", what, root, size);
@@ -88,6 +96,8 @@ static auto allreduce_op(detail::Context& c, const void* in, void* out, std::siz
   check_buffer(what, "output", out, bytes);
   if (in != out && overlap(in, bytes, out, bytes))
     fail("{}: input and output overlap without being the same buffer", what);
+  in = nonnull(in);
+  out = nonnull(out);
   return collective(c, fingerprint(Kind::Allreduce, t, count, op),
                     [&c, in, out, count, t, op] { c.backend->allreduce(in, out, count, t, op); });
 }
@@ -107,6 +117,7 @@ static auto broadcast_op(detail::Context& c, void* data, std::size_t count, DTyp
   check_dtype_op(what, t, Op::Sum, false);
   check_root(what, root, c.size);
   check_buffer(what, "data", data, checked_bytes(what, count, t, 1));
+  data = nonnull(data);
   return collective(c, fingerprint(Kind::Broadcast, t, count, Op::Sum, root),
                     [&c, data, count, t, root] { c.backend->broadcast(data, count, t, root); });
 }
@@ -139,6 +150,8 @@ static auto allgatherv_op(detail::Context& c, const char* what, const void* in, 
   if (in != mine_in_out && overlap(in, mine, out, total))
     fail("{}: input overlaps the output other than at this rank's block (in place means in == out + offset of rank {})",
          what, c.rank);
+  in = nonnull(in);
+  out = nonnull(out);
   const bool equal = std::string_view(what) == "allgather";
   Fingerprint fp = equal ? fingerprint(Kind::Allgather, t, counts[0]) : fingerprint_v(t, counts);
   return collective(c, fp, [&c, in, out, counts = std::move(counts), t] {
@@ -178,6 +191,8 @@ static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std
   if (out != my_block && overlap(in, total, out, block))
     fail("{}: output overlaps the input other than at this rank's block (in place means out == in + offset of rank {})",
          what, c.rank);
+  in = nonnull(in);
+  out = nonnull(out);
   return collective(c, fingerprint(Kind::ReduceScatter, t, count, op),
                     [&c, in, out, count, t, op] { c.backend->reduce_scatter(in, out, count, t, op); });
 }
@@ -200,6 +215,8 @@ static auto alltoall_op(detail::Context& c, const void* in, void* out, std::size
   check_buffer(what, "input", in, total);
   check_buffer(what, "output", out, total);
   if (overlap(in, total, out, total)) fail("{}: input and output must not overlap", what);
+  in = nonnull(in);
+  out = nonnull(out);
   return collective(c, fingerprint(Kind::Alltoall, t, count),
                     [&c, in, out, count, t] { c.backend->alltoall(in, out, count, t); });
 }

@@ -1,6 +1,7 @@
 // Collectives over the TCP mesh (transport/tcp_mesh.h), one file each.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -17,7 +18,8 @@ using transport::TcpMesh;
 struct Scratch {
   std::vector<char> a, b;
   char* get(std::vector<char>& v, std::size_t bytes) {
-    if (v.size() < bytes) v.resize(bytes);
+    // Never null, also for 0 bytes: memcpy from or to nullptr is undefined.
+    if (v.size() < bytes || v.empty()) v.resize(std::max<std::size_t>(bytes, 1));
     return v.data();
   }
 };
