@@ -137,15 +137,18 @@ for ((run = 0; run < RUNS; run++)); do
   [ "$MODE" == between ] && args+=(--compute-ms 3000 --die-rank "$victim" --die-iter $((1 + RANDOM % 3)))
   grace=60 timeout_ms=${KOLO_TIMEOUT_MS:-}
   [ "$MODE" == stopped ] && grace=5 timeout_ms=5000
-  KOLO_TIMEOUT_MS=$timeout_ms KOLO_TRANSPORT=$transport timeout -s KILL 300 \
-    "$KOLORUN" -np "$NP" --grace-period $grace "$BIN" "${args[@]}" > "$out" 2>&1 &
+  # In a subshell that exits normally: no "Killed" notice from this shell
+  # when kolorun is the one killed.
+  (KOLO_TIMEOUT_MS=$timeout_ms KOLO_TRANSPORT=$transport timeout -s KILL 300 \
+    "$KOLORUN" -np "$NP" --grace-period $grace "$BIN" "${args[@]}" > "$out" 2>&1; exit $?) 2>/dev/null &
   job_pid=$!
   what="$MODE run $run ($transport, victim $victim)"
   [ "$MODE" == launcher ] && what="$MODE run $run ($transport)"
   ok=0
   if ! wait_files "$dir" running "$NP" 120; then
     echo "FAILED $what: the ranks did not all start their loop within 120 s"; ok=1
-    kill -9 "$job_pid" 2>/dev/null
+    # kolorun's death takes its ranks along (PDEATHSIG); timeout passes TERM on.
+    if [ -s "$dir/kolorun.pid" ]; then kill -9 "$(cat "$dir/kolorun.pid")"; else kill "$job_pid"; fi 2>/dev/null
   fi
   if [ $ok -eq 0 ]; then
     delay=$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", r % 2000 / 1000 }')
