@@ -44,16 +44,19 @@ void ProgressBar::draw(long done, double loss, double samples_per_s) {
                   frac * 100, loss, thousands(samples_per_s));
   // Pad over a longer previous line (count characters, not UTF-8 bytes).
   const std::size_t width = text.size() - static_cast<std::size_t>(kWidth) * 2;
+  const bool drawn = last_width_ > 0;
   const std::string pad(last_width_ > width ? last_width_ - width : 0, ' ');
   last_width_ = width;
-  std::fprintf(out_, "\r%s%s", text.c_str(), pad.c_str());
+  // No '\r' before the first draw: a line-tagging relay (kolorun) would
+  // otherwise show an empty tagged line.
+  std::fprintf(out_, "%s%s%s", drawn ? "\r" : "", text.c_str(), pad.c_str());
   std::fflush(out_);
 }
 
 void ProgressBar::finish(const std::string& line) {
   if (enabled_) {
     const std::string pad(last_width_ > line.size() ? last_width_ - line.size() : 0, ' ');
-    std::fprintf(out_, "\r%s%s\n", line.c_str(), pad.c_str());
+    std::fprintf(out_, "%s%s%s\n", last_width_ ? "\r" : "", line.c_str(), pad.c_str());
     last_width_ = 0;
   } else {
     std::fprintf(out_, "%s\n", line.c_str());
