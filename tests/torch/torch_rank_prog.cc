@@ -17,6 +17,7 @@
 //   unused    rank 1 (or every rank with --all) skips a layer in forward.
 //   sparse    a sparse embedding gradient.
 //   mismatch  rank 1 has a different layer shape at broadcast_parameters.
+//   device    a parameter that is not on the CPU.
 //   optstate  broadcast_optimizer_state makes rank-specific states equal.
 //   tensors   broadcast / allreduce / allreduce_scalar on tensors.
 //   loader    TorchSampler with torch::data::make_data_loader.
@@ -317,6 +318,21 @@ int mode_sparse(kolo::Communicator& comm, const Args& a) {
   return 0;
 }
 
+// Not a CPU tensor. (Debian's LibTorch has no CUDA; a "meta" tensor takes
+// the same path as a CUDA one.)
+struct DeviceNet : torch::nn::Module {
+  DeviceNet() { w = register_parameter("w", torch::empty({4}, torch::TensorOptions().device(torch::kMeta))); }
+  torch::Tensor w;
+};
+
+int mode_device(kolo::Communicator& comm, const Args& a) {
+  DeviceNet net;
+  DistributedOptimizer opt(
+      comm, net, std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1)),
+      optimizer_options(a));
+  return 0;
+}
+
 int mode_mismatch(kolo::Communicator& comm, const Args&) {
   Net net(comm.rank() == 1 ? 12 : 16);
   kolo::torch::broadcast_parameters(comm, net, 0);
@@ -439,6 +455,7 @@ int main(int argc, char** argv) {
     if (mode == "unused") return mode_unused(comm, a);
     if (mode == "sparse") return mode_sparse(comm, a);
     if (mode == "mismatch") return mode_mismatch(comm, a);
+    if (mode == "device") return mode_device(comm, a);
     if (mode == "optstate") return mode_optstate(comm, a);
     if (mode == "tensors") return mode_tensors(comm, a);
     if (mode == "loader") return mode_loader(comm, a);

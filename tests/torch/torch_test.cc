@@ -396,6 +396,14 @@ TEST(Errors, SparseGradient) {
       << r.out;
 }
 
+TEST(Errors, NonCpuParameter) {
+  auto r = ranks(2, "device");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("parameter 'w' is on meta, but kolo communicates CPU tensors only"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(Errors, ShapeMismatchAtBroadcast) {
   auto r = ranks(2, "mismatch");
   EXPECT_NE(r.rc, 0) << r.out;
