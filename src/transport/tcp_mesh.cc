@@ -205,6 +205,9 @@ void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline) {
   }
   for (auto& p : pending)
     if (p.fd) log(LogLevel::Warn, "closing a data connection from {} that never authenticated", p.from);
+  // Every peer is here: later connections are refused rather than left
+  // unanswered in the backlog.
+  listener_.fd.reset();
 }
 
 void TcpMesh::begin(const Fingerprint& fp) {
