@@ -20,6 +20,7 @@
 
 #include "options.h"
 #include "rank_env.h"
+#include "rendezvous/auth.h"
 #include "rendezvous/store.h"
 #include "shm_sweep.h"
 #include "signals.h"
@@ -84,10 +85,12 @@ int run(const Options& o) {
   JobIdentity job;
   try {
     // Port 0: the kernel picks a free port, so concurrent jobs never collide.
-    store = std::make_unique<kolo::rdv::StoreServer>("127.0.0.1", 0);
-    job.store_addr = fmt::format("127.0.0.1:{}", store->port());
     job.job_id = random_hex(8);
     job.secret = random_hex(16);
+    // Only the job's ranks, which know the secret, get past the store's handshake.
+    store = std::make_unique<kolo::rdv::StoreServer>("127.0.0.1", 0,
+                                                     kolo::auth::Key::from_secret(job.secret));
+    job.store_addr = fmt::format("127.0.0.1:{}", store->port());
   } catch (const std::exception& e) {
     say(fmt::format("cannot start the rendezvous store: {}", e.what()));
     return 1;
