@@ -1,6 +1,7 @@
 // kolo_fault_rank: the rank program of the fault-injection tests. It runs a
-// long allreduce loop (mixed sizes, 8 B to 4 MiB, results checked) until kolo
-// reports an error, and tells the driver (fault_test.sh) what it saw.
+// long allreduce loop (mixed sizes, 8 B to 4 MiB, results checked; every
+// third iteration two asynchronous allreduces in flight) until kolo reports
+// an error, and tells the driver (fault_test.sh) what it saw.
 //
 //   kolo_fault_rank DIR [--compute-ms MS] [--die-rank K --die-iter I] [--max-s S]
 //
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
   // Element counts of f32: 8 B, 1 KiB, 64 KiB (the small/large switch), 1 MiB, 4 MiB.
   const std::size_t sizes[] = {2, 256, 16 << 10, 256 << 10, 1 << 20, 3, 40000};
   std::vector<float> buf(1 << 20);
+  float small[2];
   kolo::Communicator comm;
   const auto start = std::chrono::steady_clock::now();
   long iter = 0;
@@ -119,7 +121,21 @@ int main(int argc, char** argv) {
     for (;; ++iter) {
       const std::size_t n = sizes[iter % (sizeof sizes / sizeof sizes[0])];
       std::fill(buf.begin(), buf.begin() + n, static_cast<float>(rank + 1));
-      comm.allreduce(buf.data(), n, kolo::Op::Sum);
+      if (iter % 3 == 2) {
+        // Asynchronous, two in flight: the engine's thread runs them, and
+        // a failure fails the queued one too.
+        small[0] = small[1] = static_cast<float>(rank + 1);
+        kolo::Work w1 = comm.allreduce_async(buf.data(), buf.data(), n, kolo::DType::F32, kolo::Op::Sum);
+        kolo::Work w2 = comm.allreduce_async(small, small, 2, kolo::DType::F32, kolo::Op::Sum);
+        w1.wait();
+        w2.wait();
+        if (small[1] != expect) {
+          std::fprintf(stderr, "wrong async result at iteration %ld: %g, expected %g\n", iter, small[1], expect);
+          return 5;
+        }
+      } else {
+        comm.allreduce(buf.data(), n, kolo::Op::Sum);
+      }
       if (buf[0] != expect || buf[n - 1] != expect) {
         std::fprintf(stderr, "wrong result at iteration %ld: %g and %g, expected %g\n", iter, buf[0],
                      buf[n - 1], expect);
