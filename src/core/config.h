@@ -39,6 +39,10 @@ inline std::int64_t peer_timeout_ms() { return env_int("KOLO_PEER_TIMEOUT_MS", 1
 // Longest init() waits for all ranks to arrive at the rendezvous (ms).
 inline std::int64_t rendezvous_timeout_ms() { return env_int("KOLO_RENDEZVOUS_TIMEOUT_MS", 120000); }
 
+// Compare every collective's fingerprint across ranks (mismatch detection).
+// Always on; 0 exists only to measure what the check costs (bench/results).
+inline bool verify_calls() { return env_int("KOLO_VERIFY_CALLS", 1) != 0; }
+
 // --- diagnostics -----------------------------------------------------------
 inline std::string log_level() { return env_str("KOLO_LOG", "warn"); }
 
