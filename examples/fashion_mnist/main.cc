@@ -112,6 +112,7 @@ struct Options {
   double bucket_mb = 25, first_bucket_mb = 1;
   int bench_steps = 0;
   bool no_progress = false;
+  bool zero_memset = false;
 };
 
 // Test accuracy: rank r evaluates test samples r, r+size, ...; the counts are summed.
@@ -146,7 +147,7 @@ void bench(kolo::Communicator& comm, Net& model, kolo::torch::DistributedOptimiz
     }
     const std::int64_t start = (s * B) % (idx.size(0) - B);
     auto b = idx.slice(0, start, start + B);
-    opt.zero_grad();
+    opt.zero_grad(!o.zero_memset);
     loss = torch::nn::functional::cross_entropy(model.forward(train.x.index_select(0, b)),
                                                 train.y.index_select(0, b));
     loss.backward();
@@ -247,7 +248,7 @@ int run(const Options& o) {
     const long first = done;
     double loss_sum = 0, loss_avg = 0;
     long micro = 0;
-    opt.zero_grad();
+    opt.zero_grad(!o.zero_memset);
     while (auto batch = sampler.next(static_cast<std::size_t>(o.batch))) {
       auto idx = kolo::torch::as_tensor(*batch);
       auto loss = torch::nn::functional::cross_entropy(model->forward(train.x.index_select(0, idx)),
@@ -260,7 +261,7 @@ int run(const Options& o) {
       ++done;
       if (micro % o.accumulate == 0 || sampler.position() == sampler.num_samples()) {
         opt.step();
-        opt.zero_grad();
+        opt.zero_grad(!o.zero_memset);
         lr_sched.step();
         ++step;
         if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && micro % o.accumulate == 0)
@@ -327,6 +328,8 @@ int main(int argc, char** argv) {
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "first bucket cap (MiB)")->capture_default_str();
   app.add_option("--bench-steps", o.bench_steps, "measure samples/s over N steps instead of training");
   app.add_flag("--no-progress", o.no_progress, "no progress bar");
+  app.add_flag("--zero-memset", o.zero_memset,
+               "zero_grad() zeroes the gradient buckets instead of resetting .grad");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);

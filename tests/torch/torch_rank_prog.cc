@@ -170,7 +170,7 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
     if (a.flag("grads-to-none")) {  // AccumulateGrad then makes fresh .grad tensors
       for (auto& p : net.parameters()) p.mutable_grad() = torch::Tensor();
     } else {
-      opt.zero_grad();
+      opt.zero_grad(/*set_to_none=*/!a.flag("zero-memset"));
     }
     const long base = (s * global) % (d.x.size(0) - global) + r * b;
     const long micro = b / acc;

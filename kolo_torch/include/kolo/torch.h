@@ -130,8 +130,10 @@ class DistributedOptimizer {
   // The communication half of step(), without the optimizer step (e.g. for
   // gradient clipping between the two). step() after synchronize() only steps.
   void synchronize();
-  // Zeroes the gradients (with gradient_as_bucket_view: one memset per bucket).
-  void zero_grad();
+  // set_to_none (default, as in PyTorch 2): .grad becomes undefined, and the
+  // next backward's fresh gradients are copied into the buckets once (the
+  // least memory traffic). false: zeroes them (one memset per bucket).
+  void zero_grad(bool set_to_none = true);
 
   ::torch::optim::Optimizer& optimizer();
   const ::torch::optim::Optimizer& optimizer() const;
