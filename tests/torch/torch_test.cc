@@ -247,6 +247,8 @@ const Variant kVariants[] = {
     {"fp16", "--compression fp16", 2e-3},
 };
 
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name << " (" << v.args << ")"; }
+
 class Equivalence : public ::testing::TestWithParam<std::tuple<int, Variant>> {
  protected:
   static const Params& baseline(int n) {

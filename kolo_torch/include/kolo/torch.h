@@ -100,13 +100,12 @@ struct DistributedOptimizerOptions {
   // false: nothing is communicated during backward; step() allreduces all
   // buckets (in the same order). For measuring what overlap buys.
   bool overlap = true;
-  // true: each parameter's .grad is a view into its bucket, so backward
-  // accumulates straight into the bucket and the results land in .grad with
-  // no copy either way (DDP's gradient_as_bucket_view). Then zero the
-  // gradients with DistributedOptimizer::zero_grad() (or Module::zero_grad()):
-  // LibTorch 1.13's Optimizer::zero_grad() refuses to detach_() views. A
-  // .grad that was replaced or reset is copied in and re-pointed. false:
-  // gradients are copied into the buckets and the results copied back.
+  // true: each parameter's .grad is left as a view into its bucket, so the
+  // results land in .grad with no copy back (DDP's gradient_as_bucket_view).
+  // Zero the gradients with DistributedOptimizer::zero_grad() (or
+  // Module::zero_grad()): LibTorch 1.13's Optimizer::zero_grad() refuses to
+  // detach_() views. A .grad that was replaced or reset is copied in and
+  // re-pointed. false: gradients are copied in and the results copied back.
   bool gradient_as_bucket_view = true;
 };
 
