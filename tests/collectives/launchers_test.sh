@@ -46,7 +46,8 @@ step=$RANDOM
 torchrun_vars() { echo "RANK=$1 WORLD_SIZE=$N LOCAL_RANK=$1 LOCAL_WORLD_SIZE=$N MASTER_ADDR=127.0.0.1 MASTER_PORT=$port"; }
 ompi_vars()     { echo "OMPI_COMM_WORLD_RANK=$1 OMPI_COMM_WORLD_SIZE=$N OMPI_COMM_WORLD_LOCAL_RANK=$1 OMPI_COMM_WORLD_LOCAL_SIZE=$N"; }
 mpich_vars()    { echo "PMI_RANK=$1 PMI_SIZE=$N MPI_LOCALRANKID=$1 MPI_LOCALNRANKS=$N"; }
-slurm_vars()    { echo "SLURM_PROCID=$1 SLURM_NTASKS=$N SLURM_LOCALID=$1 SLURM_NTASKS_PER_NODE=$N SLURM_STEP_NODELIST=localhost SLURM_JOB_ID=$$ SLURM_STEP_ID=$step"; }
+# The node list names this host by address: a bare container may not resolve "localhost".
+slurm_vars()    { echo "SLURM_PROCID=$1 SLURM_NTASKS=$N SLURM_LOCALID=$1 SLURM_NTASKS_PER_NODE=$N SLURM_STEP_NODELIST=127.0.0.1 SLURM_JOB_ID=$$ SLURM_STEP_ID=$step"; }
 kolo_vars()     { echo "KOLO_RANK=$1 KOLO_SIZE=$N KOLO_LOCAL_RANK=$1 KOLO_LOCAL_SIZE=$N KOLO_STORE_ADDR=127.0.0.1:$port KOLO_JOB_ID=t$$"; }
 
 run_ranks torchrun_vars; expect "torchrun-style variables (rank 0 hosts the store at MASTER_ADDR:MASTER_PORT)"
