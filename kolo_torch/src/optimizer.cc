@@ -237,6 +237,7 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
 
 void DistributedOptimizer::Impl::on_grad(std::size_t i, bool sparse) {
   std::lock_guard<std::mutex> lock(mu);
+  synchronized = false;  // a new backward after a synchronize() without step()
   if (!callback_queued) {
     callback_queued = true;
     ::torch::autograd::Engine::get_default_engine().queue_callback([this] {

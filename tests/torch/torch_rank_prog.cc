@@ -180,6 +180,10 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
       auto loss = torch::nn::functional::cross_entropy(out, d.y.index_select(0, rows));
       (acc > 1 ? loss / static_cast<double>(acc) : loss).backward();
     }
+    if (a.flag("synchronize")) {  // the two halves of step(), e.g. to clip in between
+      opt.synchronize();
+      opt.synchronize();  // a second call is a no-op
+    }
     opt.step();
     check_identical(comm, net, "after step " + std::to_string(s + 1));
   }

@@ -239,6 +239,7 @@ const Variant kVariants[] = {
     {"no_overlap", "--no-overlap --small-buckets", 1e-5},
     {"noncontig", "--noncontig --copy-grads --zero-memset --small-buckets", 1e-5},
     {"zero_memset", "--zero-memset --small-buckets", 1e-5},
+    {"synchronize", "--synchronize --small-buckets", 1e-5},
     {"copy_grads", "--copy-grads", 1e-5},
     {"grads_to_none", "--grads-to-none --small-buckets", 1e-5},
     {"predivide", "--predivide 2", 1e-5},
