@@ -4,8 +4,10 @@
 For each model (cnn, mlp) and rank count (1, 2) it alternates kolo's
 fashion_mnist --bench-steps and the DDP anchor (/work/shared/anchors), REPS
 times each, and prints medians, kolo/DDP ratios and scaling efficiency
-(samples/s at 2 ranks / 2 x samples/s at 1 rank); then kolo's time per step
-with and without overlap at 2 ranks. Per-rank batch 32, one thread per rank,
+(samples/s at 2 ranks / 2 x samples/s at 1 rank); the machine's ceiling for
+that scaling (two independent 1-rank processes at once: no communication,
+only the cores, caches and memory bandwidth they share); then kolo's time per
+step with and without overlap at 2 ranks. Per-rank batch 32, one thread per rank,
 OPENBLAS_NUM_THREADS=1.
 
   bench/torch/compare.py [--build build-torch] [--reps 3] [--steps 40] [--out FILE]
@@ -71,8 +73,22 @@ def main():
         return run([f"{ANCHORS}/launch_torch.sh", str(n), "/usr/bin/python3",
                     f"{ANCHORS}/ddp_fashion_mnist.py"], e)
 
+    def pair(model):  # two independent single-process runs at once
+        cmd = [prog, "--model", model, "--batch", "32", "--threads", "1", "--bench-steps", str(a.steps)]
+        ps = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for _ in range(2)]
+        total = 0.0
+        for p in ps:
+            out = p.communicate()[0]
+            m = re.search(r"samples_per_s=(\d+)", out)
+            if p.returncode != 0 or not m:
+                sys.exit(f"failed: {' '.join(cmd)}\n{out}")
+            total += float(m.group(1))
+        return total
+
     results = {}
     overlap = {}
+    ceiling = {}
     for model in a.models.split(","):
         for n in (1, 2):
             k, d = [], []
@@ -80,6 +96,7 @@ def main():
                 k.append(kolo(model, n)[0])
                 d.append(ddp(model, n)[0])
             results[(model, n)] = (statistics.median(k), statistics.median(d), k, d)
+        ceiling[model] = statistics.median([pair(model) for _ in range(a.reps)])
         on, off = [], []
         for _ in range(a.reps):
             on.append(kolo(model, 2)[1])
@@ -91,11 +108,16 @@ def main():
     for (model, n), (k, d, ks, ds) in results.items():
         say(f"{model:5} {n:5d} {k:15.0f} {d:14.0f} {k / d:8.2f}x   {ks} | {ds}")
     say()
-    say(f"{'model':5} {'kolo scaling 1->2':>18} {'DDP scaling 1->2':>17}")
+    say(f"{'model':5} {'kolo scaling 1->2':>18} {'DDP scaling 1->2':>17} {'ceiling (2 independent runs)':>29}")
     for model in a.models.split(","):
         k1, d1 = results[(model, 1)][:2]
         k2, d2 = results[(model, 2)][:2]
-        say(f"{model:5} {k2 / (2 * k1):17.0%} {d2 / (2 * d1):17.0%}")
+        say(f"{model:5} {k2 / (2 * k1):17.0%} {d2 / (2 * d1):17.0%} {ceiling[model] / (2 * k1):23.0%} "
+            f"({ceiling[model]:.0f}/s)")
+    say(f"{'model':5} {'kolo best-of':>13} {'DDP best-of':>12} {'ratio':>6}   (2 ranks; interference only lowers a run)")
+    for model in a.models.split(","):
+        ks, ds = results[(model, 2)][2:]
+        say(f"{model:5} {max(ks):13.0f} {max(ds):12.0f} {max(ks) / max(ds):5.2f}x")
     say()
     say(f"{'model':5} {'step ms, overlap':>17} {'step ms, no overlap':>20}   (kolo, 2 ranks)")
     for model, (on, off) in overlap.items():

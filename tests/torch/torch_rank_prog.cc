@@ -18,6 +18,7 @@
 //   sparse    a sparse embedding gradient.
 //   mismatch  rank 1 has a different layer shape at broadcast_parameters.
 //   device    a parameter that is not on the CPU.
+//   lr        LinearScalingWarmup on two param groups.
 //   optstate  broadcast_optimizer_state makes rank-specific states equal.
 //   tensors   broadcast / allreduce / allreduce_scalar on tensors.
 //   loader    TorchSampler with torch::data::make_data_loader.
@@ -337,6 +338,31 @@ int mode_device(kolo::Communicator& comm, const Args& a) {
   return 0;
 }
 
+int mode_lr(kolo::Communicator&, const Args&) {
+  auto p1 = torch::zeros({2}, torch::requires_grad()), p2 = torch::zeros({2}, torch::requires_grad());
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{p1});
+  groups.emplace_back(std::vector<torch::Tensor>{p2}, std::make_unique<torch::optim::SGDOptions>(0.5));
+  torch::optim::SGD opt(std::move(groups), torch::optim::SGDOptions(0.1));
+  auto lr = [&](std::size_t g) { return opt.param_groups()[g].options().get_lr(); };
+  auto near = [](double a, double b) { return std::abs(a - b) < 1e-12; };
+  kolo::torch::LinearScalingWarmup sched(opt, 4, 10);
+  if (!near(lr(0), 0.1) || !near(lr(1), 0.5)) check_failed("lr at t=0");
+  for (int t = 0; t < 5; ++t) sched.step();
+  if (!near(lr(0), 0.25) || !near(lr(1), 1.25)) check_failed("lr at t=5 (half-way: 1 + 3/2)");
+  for (int t = 5; t < 10; ++t) sched.step();
+  if (!near(lr(0), 0.4) || !near(lr(1), 2.0)) check_failed("lr at t=10 (scaled 4x)");
+  sched.step();
+  if (!near(lr(0), 0.4)) check_failed("lr after the warm-up");
+  sched.set_step(5);
+  if (!near(lr(0), 0.25) || !near(sched.factor(), 2.5)) check_failed("lr after set_step(5)");
+  torch::optim::SGD opt2(std::vector<torch::Tensor>{p1}, torch::optim::SGDOptions(0.1));
+  kolo::torch::LinearScalingWarmup at_once(opt2, 4, 0);
+  if (!near(opt2.param_groups()[0].options().get_lr(), 0.4)) check_failed("no warm-up: scaled at once");
+  std::printf("lr schedule ok\n");
+  return 0;
+}
+
 int mode_mismatch(kolo::Communicator& comm, const Args&) {
   Net net(comm.rank() == 1 ? 12 : 16);
   kolo::torch::broadcast_parameters(comm, net, 0);
@@ -460,6 +486,7 @@ int main(int argc, char** argv) {
     if (mode == "sparse") return mode_sparse(comm, a);
     if (mode == "mismatch") return mode_mismatch(comm, a);
     if (mode == "device") return mode_device(comm, a);
+    if (mode == "lr") return mode_lr(comm, a);
     if (mode == "optstate") return mode_optstate(comm, a);
     if (mode == "tensors") return mode_tensors(comm, a);
     if (mode == "loader") return mode_loader(comm, a);

@@ -425,6 +425,11 @@ TEST(Errors, ShapeMismatchAtBroadcast) {
 // ---------------------------------------------------------------------------
 // The other collectives
 
+TEST(LinearScalingWarmup, RampsEachParamGroupToScaleTimesItsBase) {
+  auto r = single("lr");
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
 TEST(Collectives, BroadcastOptimizerState) {
   auto r = ranks(2, "optstate");
   EXPECT_EQ(r.rc, 0) << r.out;
