@@ -140,26 +140,39 @@ void bench(kolo::Communicator& comm, Net& model, kolo::torch::DistributedOptimiz
   auto idx = torch::arange(comm.rank(), train.x.size(0), comm.size(), torch::kInt64);
   Clock::time_point t0;
   torch::Tensor loss;
+  // Where a step's time goes: forward + backward (with the overlapped
+  // allreduces), waiting for the rest of the communication, the update.
+  double t_compute = 0, t_sync = 0, t_update = 0;
   for (int s = 0; s < o.bench_steps + 5; ++s) {
     if (s == 5) {
       comm.barrier();
       t0 = Clock::now();
+      t_compute = t_sync = t_update = 0;
     }
     const std::int64_t start = (s * B) % (idx.size(0) - B);
     auto b = idx.slice(0, start, start + B);
+    const auto ta = Clock::now();
     opt.zero_grad(!o.zero_memset);
     loss = torch::nn::functional::cross_entropy(model.forward(train.x.index_select(0, b)),
                                                 train.y.index_select(0, b));
     loss.backward();
+    const auto tb = Clock::now();
+    opt.synchronize();
+    const auto tc = Clock::now();
     opt.step();
+    t_compute += std::chrono::duration<double>(tb - ta).count();
+    t_sync += std::chrono::duration<double>(tc - tb).count();
+    t_update += seconds_since(tc);
   }
   const double dt = seconds_since(t0);
   if (comm.rank() == 0)
     std::printf("kolo model=%s n=%d batch=%d threads=%d overlap=%s compression=%s "
-                "samples_per_s=%.0f step_ms=%.2f loss=%.3f\n",
+                "samples_per_s=%.0f step_ms=%.2f loss=%.3f fwd_bwd_ms=%.2f sync_ms=%.2f update_ms=%.2f\n",
                 o.model.c_str(), comm.size(), o.batch, torch::get_num_threads(),
                 o.no_overlap ? "off" : "on", o.compression.c_str(),
-                o.bench_steps * B * comm.size() / dt, dt / o.bench_steps * 1e3, loss.item<double>());
+                o.bench_steps * B * comm.size() / dt, dt / o.bench_steps * 1e3, loss.item<double>(),
+                t_compute / o.bench_steps * 1e3, t_sync / o.bench_steps * 1e3,
+                t_update / o.bench_steps * 1e3);
 }
 
 int run(const Options& o) {

@@ -287,6 +287,14 @@ void DistributedOptimizer::Impl::fill(std::size_t i) {
     slot.zero_();
     return;
   }
+  // A bucket of one parameter (every parameter above the bucket cap) adopts
+  // backward's fresh gradient tensor as its buffer: no copy at all.
+  if (p.use_view && b.params.size() == 1 && g.is_contiguous() && g.sizes() == p.tensor.sizes() &&
+      g.scalar_type() == b.flat.scalar_type()) {
+    b.flat = g.view({-1});
+    p.view = g;
+    return;
+  }
   // copy_ handles non-contiguous gradients and a dtype differing from the parameter's.
   slot.view(g.sizes()).copy_(g);
   // E.g. the user reset .grad to undefined and AccumulateGrad made a new one.
