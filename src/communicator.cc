@@ -82,6 +82,18 @@ bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
 
 }  // namespace
 
+void Communicator::check_length(const char* what, const char* which, std::size_t have,
+                                std::size_t need) const {
+  if (have != need)
+    fail("{}: the {} vector holds {} elements but {} are needed on {} ranks", what, which, have, need,
+         size());
+}
+
+void Communicator::check_blocks(const char* what, const char* which, std::size_t have) const {
+  if (have % static_cast<std::size_t>(size()) != 0)
+    fail("{}: the {} vector holds {} elements, not a multiple of the {} ranks", what, which, have, size());
+}
+
 int Communicator::rank() const { return ctx_of(ctx_).rank; }
 int Communicator::size() const { return ctx_of(ctx_).size; }
 int Communicator::local_rank() const { return ctx_of(ctx_).local_rank; }

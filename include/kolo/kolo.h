@@ -128,14 +128,50 @@ class Communicator {
   void broadcast(T* data, std::size_t count, int root) {
     broadcast(data, count, dtype_of<T>::value, root);
   }
+  // On vectors the count comes from the vector, so no buffer can be too short:
+  // an output of the wrong length is an error naming both lengths, and a rank
+  // whose vector differs from the others' in length fails the mismatch check
+  // on every rank ("rank 1 called broadcast(f32, 9, root=0) while ...").
   template <class T>
   void allreduce(std::vector<T>& v, Op op = Op::Sum) {
     allreduce(v.data(), v.size(), op);
+  }
+  template <class T>
+  void allreduce(const std::vector<T>& in, std::vector<T>& out, Op op = Op::Sum) {
+    check_length("allreduce", "output", out.size(), in.size());
+    allreduce(in.data(), out.data(), in.size(), dtype_of<T>::value, op);
+  }
+  template <class T>
+  void broadcast(std::vector<T>& v, int root) {
+    broadcast(v.data(), v.size(), root);
+  }
+  // out holds size() * in.size() elements.
+  template <class T>
+  void allgather(const std::vector<T>& in, std::vector<T>& out) {
+    check_length("allgather", "output", out.size(), in.size() * scale());
+    allgather(in.data(), out.data(), in.size(), dtype_of<T>::value);
+  }
+  // in holds size() * out.size() elements.
+  template <class T>
+  void reduce_scatter(const std::vector<T>& in, std::vector<T>& out, Op op = Op::Sum) {
+    check_length("reduce_scatter", "input", in.size(), out.size() * scale());
+    reduce_scatter(in.data(), out.data(), out.size(), dtype_of<T>::value, op);
+  }
+  // in and out hold size() blocks of equal length.
+  template <class T>
+  void alltoall(const std::vector<T>& in, std::vector<T>& out) {
+    check_blocks("alltoall", "input", in.size());
+    check_length("alltoall", "output", out.size(), in.size());
+    alltoall(in.data(), out.data(), in.size() / scale(), dtype_of<T>::value);
   }
 
   bool valid() const { return ctx_ != nullptr; }
 
  private:
+  std::size_t scale() const { return static_cast<std::size_t>(size()); }
+  // Throw kolo::Error naming the collective, the buffer and both lengths.
+  void check_length(const char* what, const char* which, std::size_t have, std::size_t need) const;
+  void check_blocks(const char* what, const char* which, std::size_t have) const;
   friend Communicator init();
   std::shared_ptr<detail::Context> ctx_;
 };

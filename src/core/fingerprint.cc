@@ -33,6 +33,26 @@ std::string Fingerprint::call() const {
   }
 }
 
+namespace {
+// splitmix64's finaliser: every input bit reaches every output bit.
+std::uint64_t mix(std::uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+std::uint64_t Fingerprint::digest() const {
+  const std::uint64_t small = static_cast<std::uint64_t>(kind) | static_cast<std::uint64_t>(dtype) << 8 |
+                              static_cast<std::uint64_t>(op) << 16 |
+                              static_cast<std::uint64_t>(static_cast<std::uint32_t>(root)) << 32;
+  std::uint64_t h = mix(seq ^ 0x6b6f6c6f66707631ull);
+  h = mix(h ^ count);
+  h = mix(h ^ extra);
+  h = mix(h ^ small);
+  return mix(h ^ magic);
+}
+
 Fingerprint fingerprint(Kind k, DType t, std::size_t count, Op op, int root) {
   Fingerprint f;
   f.kind = k;

@@ -29,6 +29,10 @@ struct Fingerprint {
 
   static constexpr std::uint32_t kMagic = 0x6b6f6670;  // "kofp"
   bool operator==(const Fingerprint&) const = default;
+  // A 64-bit hash of every field: equal fingerprints have equal digests, and
+  // different ones differ but with probability 2^-64 (shared memory compares
+  // digests, then reads the full fingerprints only to word the error).
+  std::uint64_t digest() const;
   // e.g. "allreduce(f32, 1000, sum)" or "broadcast(f32, 1000, root=0)".
   std::string call() const;
 };

@@ -47,7 +47,8 @@ ShmGroup::ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std
       sources_(size), pidfds_(size, -1) {
   chunk_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(config::shm_chunk_bytes(), 4096)), kPage);
   const std::size_t flags_bytes = round_up(sizeof(Flag) * size, kPage);
-  bytes_ = flags_bytes + static_cast<std::size_t>(size) * kSlots * chunk_;
+  const std::size_t calls_bytes = round_up(sizeof(Calls) * size, kPage);
+  bytes_ = flags_bytes + calls_bytes + static_cast<std::size_t>(size) * kSlots * chunk_;
   const auto rdv_timeout = std::chrono::milliseconds(config::rendezvous_timeout_ms());
 
   // The name carries the job id so that kolorun can sweep a crashed job's
@@ -77,7 +78,8 @@ ShmGroup::ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std
     fail("mmap of {} bytes of shared memory: {}", bytes_, errno_text(map_err));
   }
   flags_ = static_cast<Flag*>(base_);
-  slots_ = static_cast<char*>(base_) + flags_bytes;
+  calls_ = reinterpret_cast<Calls*>(static_cast<char*>(base_) + flags_bytes);
+  slots_ = static_cast<char*>(base_) + flags_bytes + calls_bytes;
   flags_[rank].pid.store(getpid(), std::memory_order_relaxed);
 
   // Once every rank has mapped the segment, its name is no longer needed.
@@ -134,7 +136,10 @@ void ShmGroup::publish(std::uint64_t e) {
 void ShmGroup::begin(const Fingerprint& fp) {
   previous_ = current_;
   current_ = fp;
-  flags_[rank_].fp[fp.seq % 2] = fp;  // published by the next publish()'s release store
+  current_digest_ = fp.digest();
+  // Both published by the next publish()'s seq_cst store.
+  calls_[rank_].fp[fp.seq % 2] = fp;
+  flags_[rank_].digest[fp.seq % 2].store(current_digest_, std::memory_order_relaxed);
   unchecked_ = true;
 }
 
@@ -146,10 +151,10 @@ void ShmGroup::wait_all(std::uint64_t e, const char* what) {
 
 void ShmGroup::check_fingerprints() {
   unchecked_ = false;
-  for (int q = 0; q < size_; ++q) {
-    const Fingerprint theirs = flags_[q].fp[current_.seq % 2];
-    if (!(theirs == current_)) fail_mismatch(current_, previous_, rank_, theirs, q);
-  }
+  const unsigned parity = current_.seq % 2;
+  for (int q = 0; q < size_; ++q)
+    if (flags_[q].digest[parity].load(std::memory_order_relaxed) != current_digest_)
+      fail_mismatch(current_, previous_, rank_, calls_[q].fp[parity], q);
 }
 
 // Spin briefly (the peer is usually well under a microsecond behind), yield,
@@ -195,8 +200,8 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
     if (now >= warn_at) {
       warn_at = now + std::chrono::milliseconds(stall_warn_ms_);
-      const Fingerprint& a = f.fp[0];
-      const Fingerprint& b = f.fp[1];
+      const Fingerprint& a = calls_[peer].fp[0];
+      const Fingerprint& b = calls_[peer].fp[1];
       const Fingerprint& theirs = a.seq > b.seq ? a : b;
       log(LogLevel::Warn, "stall: collective #{} {} ({}) has waited {} ms for rank {}, which is at collective #{} {}",
           current_.seq, current_.call(), what, waited, peer, theirs.seq, theirs.seq ? theirs.call() : "(none yet)");

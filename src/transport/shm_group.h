@@ -1,5 +1,6 @@
 // Shared memory between the ranks of one host: one segment per communicator,
-// holding a flag line and three chunk-sized slots per rank.
+// holding a flag line, the fingerprints of its last two calls and three
+// chunk-sized slots per rank.
 //
 // Synchronisation is by epochs. Every step of a shared-memory collective is:
 // write into my slot of the new epoch, publish the epoch, wait until every rank
@@ -70,13 +71,20 @@ class ShmGroup {
   // One per rank, on its own pair of cache lines. The low half of `epoch` is
   // also the futex word sleepers wait on; `sleepers` tells the publisher
   // whether a wake-up call is needed at all.
-  // Two fingerprints, by collective parity: a rank can be at most one
-  // collective ahead of the slowest one still comparing.
+  // Fingerprints come in two, by collective parity: a rank can be at most one
+  // collective ahead of the slowest one still comparing. Only their 64-bit
+  // digests share the cache line with `epoch`, which every collective
+  // transfers anyway, so the check adds no cache-line transfer to a
+  // collective; the full fingerprints live apart (Calls) and are read by
+  // peers only to word an error or a stall warning.
   struct alignas(128) Flag {
     std::atomic<std::uint64_t> epoch;
     std::atomic<std::int32_t> sleepers;
     std::atomic<std::int32_t> pid;
     std::atomic<std::int32_t> aborted;
+    std::atomic<std::uint64_t> digest[2];
+  };
+  struct alignas(128) Calls {
     Fingerprint fp[2];
   };
   void check_fingerprints();
@@ -92,12 +100,14 @@ class ShmGroup {
   std::size_t bytes_ = 0;
   void* base_ = nullptr;
   Flag* flags_ = nullptr;
+  Calls* calls_ = nullptr;
   char* slots_ = nullptr;
   std::uint64_t epoch_ = 0;
   std::int64_t timeout_ms_;
   std::int64_t stall_warn_ms_;
   int spins_;  // busy-wait iterations before sleeping: few when ranks outnumber cores
   Fingerprint current_, previous_;
+  std::uint64_t current_digest_ = 0;
   bool unchecked_ = false;  // current_ not yet compared with the other ranks'
   std::vector<const void*> sources_;
   std::vector<int> pidfds_;  // per peer: -1 not opened yet, -2 no pidfd (use kill)

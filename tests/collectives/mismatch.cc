@@ -1,5 +1,6 @@
 // Ranks that disagree about the 6th collective: rank 1 differs in the op,
-// dtype, count, root or reduction (argv[1]). Every rank must fail with an
+// dtype, count, root or reduction (argv[1]), or ("vector") receives a
+// broadcast into a std::vector one element shorter than the other ranks'. Every rank must fail with an
 // error that shows both calls. Prints "caught: <error>" and exits 3 on
 // failure, 0 if the mismatch went unnoticed (which the test treats as a
 // failure). With a directory as argv[2], a failed rank waits (up to 30 s)
@@ -37,6 +38,9 @@ int main(int argc, char** argv) {
       comm.allreduce(f.data(), odd ? 999 : 1000, kolo::Op::Sum);
     } else if (what == "root") {
       comm.broadcast(f.data(), f.size(), kolo::DType::F32, odd ? 1 : 0);
+    } else if (what == "vector") {
+      std::vector<float> v(odd ? 999 : 1000);
+      comm.broadcast(v, 0);
     } else if (what == "reduction") {
       comm.allreduce(f.data(), f.size(), odd ? kolo::Op::Max : kolo::Op::Sum);
     }

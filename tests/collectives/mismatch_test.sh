@@ -35,5 +35,6 @@ for t in shm tcp; do
   check $t count "allreduce(f32, 999, sum)" "allreduce(f32, 1000, sum)"
   check $t root "broadcast(f32, 1000, root=1)" "broadcast(f32, 1000, root=0)"
   check $t reduction "allreduce(f32, 1000, max)" "allreduce(f32, 1000, sum)"
+  check $t vector "broadcast(f32, 999, root=0)" "broadcast(f32, 1000, root=0)"
 done
 exit $fail

@@ -13,12 +13,12 @@
 // collective is started, the communicator stays usable and in step (tested).
 //
 // Rows that are not here:
-//   - too-short buffers: kolo takes raw pointers and a count, and a pointer
-//     does not know its allocation's size, so kolo cannot tell. The typed
-//     std::vector overload takes the count from the vector (it cannot be too
-//     short); typed overloads of the block collectives (allgather,
-//     reduce_scatter, alltoall) on vectors could check size()*count, see the
-//     report of issue 3. ASan finds such overruns (scripts/sanitizers.sh).
+//   - too-short raw buffers: a pointer does not know its allocation's size,
+//     so kolo cannot tell (ASan finds such overruns: scripts/sanitizers.sh).
+//     The std::vector overloads can, and are here (TooShortVectors); a rank
+//     whose vector is shorter than the other ranks' is a count mismatch,
+//     caught on every rank by the fingerprint check
+//     (tests/collectives/mismatch_test.sh, case "vector").
 //   - kolorun's usage errors (-np 0, no command, unknown flag, a command that
 //     does not exist): tests/launcher/usage_test.cc.
 //
@@ -117,6 +117,52 @@ TEST_F(BadInput, NullBuffers) {
             P + "allreduce: input buffer is null but 4 bytes were asked for");
   EXPECT_EQ(error_of([&] { comm.broadcast_async(nullptr, 1, DType::U8, 0); }),
             P + "broadcast: data buffer is null but 1 bytes were asked for");
+}
+
+TEST_F(BadInput, TooShortVectors) {
+  const std::string ranks = " on " + std::to_string(S) + " ranks";
+  std::vector<float> in(10, 1.0f), short_out(9), out;
+  EXPECT_EQ(error_of([&] { comm.allreduce(in, short_out); }),
+            P + "allreduce: the output vector holds 9 elements but 10 are needed" + ranks);
+  short_out.assign(10 * S - 1, 0.0f);
+  EXPECT_EQ(error_of([&] { comm.allgather(in, short_out); }),
+            P + "allgather: the output vector holds " + std::to_string(10 * S - 1) + " elements but " +
+                std::to_string(10 * S) + " are needed" + ranks);
+  out.assign(4, 0.0f);
+  std::vector<float> short_in(4 * S - 1, 1.0f);
+  EXPECT_EQ(error_of([&] { comm.reduce_scatter(short_in, out); }),
+            P + "reduce_scatter: the input vector holds " + std::to_string(4 * S - 1) + " elements but " +
+                std::to_string(4 * S) + " are needed" + ranks);
+  std::vector<float> blocks(3 * S, 1.0f);
+  short_out.assign(3 * S - 1, 0.0f);
+  EXPECT_EQ(error_of([&] { comm.alltoall(blocks, short_out); }),
+            P + "alltoall: the output vector holds " + std::to_string(3 * S - 1) + " elements but " +
+                std::to_string(3 * S) + " are needed" + ranks);
+  if (S > 1) {
+    short_in.assign(3 * S + 1, 1.0f);
+    EXPECT_EQ(error_of([&] { comm.alltoall(short_in, short_in); }),
+              P + "alltoall: the input vector holds " + std::to_string(3 * S + 1) +
+                  " elements, not a multiple of the " + std::to_string(S) + " ranks");
+  }
+  // Vectors of the right lengths work, with the right results.
+  out.assign(10, 0.0f);
+  ASSERT_EQ(error_of([&] { comm.allreduce(in, out); }), "(no error)");
+  EXPECT_EQ(out, std::vector<float>(10, static_cast<float>(S)));
+  std::vector<std::int32_t> mine(2, R), all(2 * S);
+  ASSERT_EQ(error_of([&] { comm.allgather(mine, all); }), "(no error)");
+  for (int r = 0; r < S; ++r) EXPECT_EQ(all[2 * r + 1], r);
+  std::vector<double> v(3, R == 0 ? 7.0 : 0.0);
+  ASSERT_EQ(error_of([&] { comm.broadcast(v, 0); }), "(no error)");
+  EXPECT_EQ(v, std::vector<double>(3, 7.0));
+  std::vector<float> rs_out(4);
+  std::vector<float> rs_in(4 * S, 1.0f);
+  ASSERT_EQ(error_of([&] { comm.reduce_scatter(rs_in, rs_out); }), "(no error)");
+  EXPECT_EQ(rs_out, std::vector<float>(4, static_cast<float>(S)));
+  std::vector<std::int64_t> to(3 * S), from(3 * S);
+  for (int j = 0; j < S; ++j)
+    for (int k = 0; k < 3; ++k) to[3 * j + k] = 100 * R + j;  // block j goes to rank j
+  ASSERT_EQ(error_of([&] { comm.alltoall(to, from); }), "(no error)");
+  for (int j = 0; j < S; ++j) EXPECT_EQ(from[3 * j], 100 * j + R);
 }
 
 TEST_F(BadInput, NullBufferWithZeroCountIsFine) {

@@ -65,7 +65,7 @@ bool Report::end(Coll c) {
     const std::string system =
         c == Coll::Allreduce ? std::string("kolo") : fmt::format("kolo-{}", coll_name(c));
     for (const auto& r : rows_)
-      fmt::print("{} n={} bytes={} time_us={:.1f} algbw_GBps={:.3f} busbw_GBps={:.3f}\n", system,
+      fmt::print("{} n={} bytes={} time_us={:.2f} algbw_GBps={:.3f} busbw_GBps={:.3f}\n", system,
                  comm_.size(), r.bytes, r.time_us, r.algbw, r.busbw);
   }
   std::fflush(stdout);
