@@ -34,6 +34,18 @@ template <class... Args>
   throw IoError(rank_prefix() + fmt::format(f, std::forward<Args>(args)...));
 }
 
+// A peer stayed silent past KOLO_TIMEOUT_MS (alive, as far as the transport
+// can tell): the communicator then asks every rank where it is (roll call).
+class TimeoutError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
+template <class... Args>
+[[noreturn]] void fail_timeout(fmt::format_string<Args...> f, Args&&... args) {
+  throw TimeoutError(rank_prefix() + fmt::format(f, std::forward<Args>(args)...));
+}
+
 // errno as text, for system-call failures.
 std::string errno_text(int err);
 

@@ -1,11 +1,44 @@
 #include "engine/context.h"
 
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 
 namespace kolo::detail {
+
+// After a timeout: every rank still waiting in the collective times out too
+// and says so under waiting/<rank>; a rank that says nothing within the roll
+// call (and posts no error) is not inside any collective: stopped, hung, or
+// busy outside kolo. Over TCP this finds the culprit even for ranks whose
+// own wait was on a neighbour that is itself waiting.
+std::string Context::roll_call(const std::string& msg) {
+  store->set(fmt::format("{}/waiting/{}", prefix, rank), msg);
+  std::vector<bool> heard(static_cast<std::size_t>(size), false);
+  heard[static_cast<std::size_t>(rank)] = true;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kRollCallMs);
+  for (;;) {
+    bool all = true;
+    for (int q = 0; q < size; ++q) {
+      if (heard[q]) continue;
+      heard[q] = store->check({fmt::format("{}/waiting/{}", prefix, q)}) ||
+                 store->check({fmt::format("{}/error/{}", prefix, q)});
+      all &= heard[q];
+    }
+    if (all || std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::string silent;
+  int n = 0;
+  for (int q = 0; q < size; ++q)
+    if (!heard[q]) silent += (n++ ? ", " : " ") + std::to_string(q);
+  if (n == 0) return "";
+  return fmt::format("\n  unresponsive: {}{} (not waiting in any collective of this communicator and no "
+                     "error posted within {} ms: stopped, hung, or busy outside kolo)",
+                     n == 1 ? "rank" : "ranks", silent, kRollCallMs);
+}
 
 void Context::fail_collective(const Error& e, bool first_hand) {
   std::string msg = e.what();
@@ -14,6 +47,7 @@ void Context::fail_collective(const Error& e, bool first_hand) {
       if (first_hand) {
         store->set(fmt::format("{}/error/{}", prefix, rank), msg);
       } else {
+        if (dynamic_cast<const TimeoutError*>(&e) != nullptr) msg += roll_call(msg);
         // The peer posts its error before it aborts; a crashed peer posts
         // nothing, so look only briefly.
         const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);

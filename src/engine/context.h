@@ -31,6 +31,11 @@ struct Context {
   // up or aborted) is explained with what the peers posted. Then the backend
   // aborts so that peers waiting on us fail now, and the error is rethrown.
   [[noreturn]] void fail_collective(const Error& e, bool first_hand);
+
+ private:
+  // How long a rank that timed out waits for the others to say where they are.
+  static constexpr int kRollCallMs = 2000;
+  std::string roll_call(const std::string& msg);
 };
 
 }  // namespace kolo::detail

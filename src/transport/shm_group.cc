@@ -207,7 +207,7 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
           current_.seq, current_.call(), what, waited, peer, theirs.seq, theirs.seq ? theirs.call() : "(none yet)");
     }
     if (timeout_ms_ > 0 && waited > timeout_ms_)
-      fail_io("{}: timed out after {} ms waiting for rank {}", what, waited, peer);
+      fail_timeout("{}: timed out after {} ms waiting for rank {}", what, waited, peer);
   }
 }
 

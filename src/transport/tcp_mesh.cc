@@ -313,7 +313,7 @@ void TcpMesh::wait_io(std::span<SendOp> sends, std::span<RecvOp> recvs,
     std::string waiting;
     for (auto& r : recvs)
       if (r.done < r.len) waiting += fmt::format(" {}", r.peer);
-    fail_io("{}: no progress for {} ms; still waiting for data from rank(s){}", what,
+    fail_timeout("{}: no progress for {} ms; still waiting for data from rank(s){}", what,
             timeout_.count(), waiting);
   }
   int rc = ::poll(pollfds_.data(), pollfds_.size(), static_cast<int>(std::min<long>(left.count(), 1000)));
