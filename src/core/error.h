@@ -18,9 +18,10 @@ int log_rank();
 // "kolo rank 3: " or "kolo: " before init.
 std::string rank_prefix();
 
-template <class... Args>
-[[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
-  throw Error(rank_prefix() + fmt::format(f, std::forward<Args>(args)...));
+// Throws E with the rank prefix and a {fmt} message.
+template <class E, class... Args>
+[[noreturn]] void fail_as(fmt::format_string<Args...> f, Args&&... args) {
+  throw E(rank_prefix() + fmt::format(f, std::forward<Args>(args)...));
 }
 
 // A peer or socket went away: callers may want to tell it apart from misuse.
@@ -28,11 +29,6 @@ class IoError : public Error {
  public:
   using Error::Error;
 };
-
-template <class... Args>
-[[noreturn]] void fail_io(fmt::format_string<Args...> f, Args&&... args) {
-  throw IoError(rank_prefix() + fmt::format(f, std::forward<Args>(args)...));
-}
 
 // A peer stayed silent past KOLO_TIMEOUT_MS (alive, as far as the transport
 // can tell): the communicator then asks every rank where it is (roll call).
@@ -42,8 +38,16 @@ class TimeoutError : public IoError {
 };
 
 template <class... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
+  fail_as<Error>(f, std::forward<Args>(args)...);
+}
+template <class... Args>
+[[noreturn]] void fail_io(fmt::format_string<Args...> f, Args&&... args) {
+  fail_as<IoError>(f, std::forward<Args>(args)...);
+}
+template <class... Args>
 [[noreturn]] void fail_timeout(fmt::format_string<Args...> f, Args&&... args) {
-  throw TimeoutError(rank_prefix() + fmt::format(f, std::forward<Args>(args)...));
+  fail_as<TimeoutError>(f, std::forward<Args>(args)...);
 }
 
 // errno as text, for system-call failures.
