@@ -21,6 +21,7 @@
 //   lr        LinearScalingWarmup on two param groups.
 //   optstate  broadcast_optimizer_state makes rank-specific states equal.
 //   tensors   broadcast / allreduce / allreduce_scalar on tensors.
+//   bad_tensors  strided, sparse, non-CPU, bool and complex tensors refused.
 //   loader    TorchSampler with torch::data::make_data_loader.
 //
 // Exit status: 0 ok, 2 a check failed (message on stderr), 3 an exception
@@ -408,10 +409,9 @@ int mode_optstate(kolo::Communicator& comm, const Args&) {
 
 int mode_tensors(kolo::Communicator& comm, const Args&) {
   const int r = comm.rank(), N = comm.size();
-  // Non-contiguous broadcast.
+  // Broadcast of a 2-D tensor.
   auto m = torch::arange(12, torch::kFloat32).reshape({3, 4}) * (r + 1);
-  auto t = m.t();
-  kolo::torch::broadcast(comm, t, 0);
+  kolo::torch::broadcast(comm, m, 0);
   if (!torch::equal(m, torch::arange(12, torch::kFloat32).reshape({3, 4}))) check_failed("broadcast");
   // Allreduce average and sum, f64 and i64.
   auto v = torch::full({5}, static_cast<double>(r + 1), torch::kFloat64);
@@ -422,6 +422,38 @@ int mode_tensors(kolo::Communicator& comm, const Args&) {
   if (i[0].item<std::int64_t>() != N * (N + 1) / 2) check_failed("allreduce sum i64");
   if (kolo::torch::allreduce_scalar(comm, r + 1.0, kolo::Op::Max) != N) check_failed("allreduce_scalar max");
   std::printf("rank %d: tensor collectives ok\n", r);
+  return 0;
+}
+
+// Tensors the collectives refuse: each call must throw before any rank
+// communicates (so the ranks stay in step); every message is printed for the
+// driver to assert on, then a good allreduce shows the job goes on.
+int mode_bad_tensors(kolo::Communicator& comm, const Args&) {
+  const auto expect_error = [&](const char* what, const auto& call) {
+    try {
+      call();
+    } catch (const kolo::Error& e) {
+      std::printf("%s: %s\n", what, e.what());
+      return;
+    }
+    check_failed(std::string(what) + " was accepted");
+  };
+  auto strided = torch::zeros({3, 4}).t();
+  expect_error("non-contiguous allreduce", [&] { kolo::torch::allreduce(comm, strided); });
+  expect_error("non-contiguous broadcast", [&] { kolo::torch::broadcast(comm, strided, 0); });
+  auto sparse = torch::eye(3).to_sparse();
+  expect_error("sparse allreduce", [&] { kolo::torch::allreduce(comm, sparse); });
+  expect_error("sparse broadcast", [&] { kolo::torch::broadcast(comm, sparse, 0); });
+  auto meta = torch::empty({4}, torch::TensorOptions().device(torch::kMeta));
+  expect_error("meta allreduce", [&] { kolo::torch::allreduce(comm, meta); });
+  auto flags = torch::ones({4}, torch::kBool);
+  expect_error("bool allreduce", [&] { kolo::torch::allreduce(comm, flags, kolo::Op::Sum); });
+  auto cplx = torch::zeros({2}, torch::kComplexFloat);
+  expect_error("complex broadcast", [&] { kolo::torch::broadcast(comm, cplx, 0); });
+  auto ok = torch::full({2}, 1.0f);
+  kolo::torch::allreduce(comm, ok, kolo::Op::Sum);
+  if (ok[0].item<float>() != comm.size()) check_failed("allreduce after the refused calls");
+  std::printf("rank %d: bad tensors refused\n", comm.rank());
   return 0;
 }
 
@@ -489,6 +521,7 @@ int main(int argc, char** argv) {
     if (mode == "lr") return mode_lr(comm, a);
     if (mode == "optstate") return mode_optstate(comm, a);
     if (mode == "tensors") return mode_tensors(comm, a);
+    if (mode == "bad_tensors") return mode_bad_tensors(comm, a);
     if (mode == "loader") return mode_loader(comm, a);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 64;

@@ -440,6 +440,25 @@ TEST(Collectives, TensorBroadcastAllreduce) {
   EXPECT_EQ(r.rc, 0) << r.out;
 }
 
+TEST(Errors, BadTensorsRefusedOnEveryRank) {
+  auto r = ranks(2, "bad_tensors");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string k = "kolo rank " + std::to_string(rank) + ": ";
+    for (const std::string& line : {
+             "non-contiguous allreduce: " + k + "allreduce: the tensor is not contiguous (sizes [4, 3], "
+                 "strides [1, 4]); kolo works in place in the tensor's memory: pass a contiguous tensor",
+             "non-contiguous broadcast: " + k + "broadcast: the tensor is not contiguous (sizes [4, 3], strides [1, 4])",
+             "sparse allreduce: " + k + "the tensor is sparse; kolo communicates dense tensors only",
+             "sparse broadcast: " + k + "the tensor is sparse; kolo communicates dense tensors only",
+             "meta allreduce: " + k + "the tensor is on meta, but kolo communicates CPU tensors only",
+             "bool allreduce: " + k + "allreduce: op sum is not defined for Bool",
+             "complex broadcast: " + k + "the tensor has dtype ComplexFloat, which kolo does not communicate",
+             "rank " + std::to_string(rank) + ": bad tensors refused"})
+      EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+}
+
 TEST(Collectives, TorchDataLoaderWithSampler) {
   auto r = ranks(2, "loader");
   EXPECT_EQ(r.rc, 0) << r.out;

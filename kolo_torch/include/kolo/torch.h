@@ -40,9 +40,10 @@ namespace kolo::torch {
 using NamedTensors = std::vector<std::pair<std::string, ::torch::Tensor>>;
 
 // ---------------------------------------------------------------------------
-// Tensor collectives (in place, CPU tensors; non-contiguous ones are handled
-// through a contiguous copy). Supported dtypes: f32, f64, f16, bf16, i32, i64,
-// u8 (and bool for broadcast).
+// Tensor collectives, in place on dense, contiguous CPU tensors (a strided
+// view, a sparse or a non-CPU tensor is an error naming the problem, as in
+// torch.distributed). Supported dtypes: f32, f64, f16, bf16, i32, i64, u8
+// (and bool for broadcast).
 
 void broadcast(Communicator& comm, ::torch::Tensor& tensor, int root = 0);
 void allreduce(Communicator& comm, ::torch::Tensor& tensor, Op op = Op::Average);
