@@ -413,6 +413,11 @@ int mode_tensors(kolo::Communicator& comm, const Args&) {
   auto m = torch::arange(12, torch::kFloat32).reshape({3, 4}) * (r + 1);
   kolo::torch::broadcast(comm, m, 0);
   if (!torch::equal(m, torch::arange(12, torch::kFloat32).reshape({3, 4}))) check_failed("broadcast");
+  // broadcast_parameters takes a strided parameter (through its own copy).
+  auto base = torch::arange(12, torch::kFloat32).reshape({3, 4}) * (r + 1);
+  kolo::torch::broadcast_parameters(comm, kolo::torch::NamedTensors{{"w.t", base.t()}}, 0);
+  if (!torch::equal(base, torch::arange(12, torch::kFloat32).reshape({3, 4})))
+    check_failed("broadcast_parameters of a strided tensor");
   // Allreduce average and sum, f64 and i64.
   auto v = torch::full({5}, static_cast<double>(r + 1), torch::kFloat64);
   kolo::torch::allreduce(comm, v, kolo::Op::Average);
