@@ -191,40 +191,36 @@ NamedTensors to_vector(const ::torch::OrderedDict<std::string, ::torch::Tensor>&
   return v;
 }
 
-}  // namespace
-
-namespace {
-
 // The tensor collectives work in place, in the tensor's own memory, as
 // torch.distributed's do; a strided view has no such memory to hand over, so
 // it is refused (NCCL's "Tensors must be contiguous") rather than reduced
 // through a hidden copy. Model parameters are different: broadcast_parameters
 // owns that copy, since the caller never sees the tensors it moves.
-void check_contiguous(const ::torch::Tensor& t, const char* op, int rank) {
-  if (t.is_contiguous()) return;
-  throw Error(prefix(rank) + fmt::format(
-                  "{}: the tensor is not contiguous (sizes [{}], strides [{}]); kolo works in "
-                  "place in the tensor's memory: pass a contiguous tensor (t.contiguous(), then "
-                  "copy the result back)",
-                  op, fmt::join(t.sizes(), ", "), fmt::join(t.strides(), ", ")));
+// Returns the tensor's kolo dtype.
+DType in_place_dtype(const ::torch::Tensor& t, const char* op, int rank) {
+  detail::check_cpu(t, "the tensor", rank);
+  const DType dt = detail::kolo_dtype(t.scalar_type(), "the tensor", rank);
+  if (!t.is_contiguous())
+    throw Error(prefix(rank) + fmt::format(
+                    "{}: the tensor is not contiguous (sizes [{}], strides [{}]); kolo works in "
+                    "place in the tensor's memory: pass a contiguous tensor (t.contiguous(), then "
+                    "copy the result back)",
+                    op, fmt::join(t.sizes(), ", "), fmt::join(t.strides(), ", ")));
+  return dt;
 }
 
 }  // namespace
 
 void broadcast(Communicator& comm, ::torch::Tensor& tensor, int root) {
-  detail::check_cpu(tensor, "the tensor", comm.rank());
-  detail::kolo_dtype(tensor.scalar_type(), "the tensor", comm.rank());
-  check_contiguous(tensor, "broadcast", comm.rank());
-  broadcast_all(comm, {{"tensor", tensor}}, root);
+  const DType dt = in_place_dtype(tensor, "broadcast", comm.rank());
+  comm.broadcast(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dt, root);
 }
 
 void allreduce(Communicator& comm, ::torch::Tensor& tensor, Op op) {
-  detail::check_cpu(tensor, "the tensor", comm.rank());
-  const DType dt = detail::kolo_dtype(tensor.scalar_type(), "the tensor", comm.rank());
+  const DType dt = in_place_dtype(tensor, "allreduce", comm.rank());
   if (tensor.scalar_type() == c10::ScalarType::Bool || !op_supported(dt, op))
     throw Error(prefix(comm.rank()) + fmt::format("allreduce: op {} is not defined for {}",
                                                   op_name(op), c10::toString(tensor.scalar_type())));
-  check_contiguous(tensor, "allreduce", comm.rank());
   comm.allreduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dt, op);
 }
 

@@ -1,7 +1,7 @@
 // Ranks that disagree about the 6th collective: rank 1 differs in the op,
 // dtype, count, root or reduction (argv[1]), or ("vector") receives a
-// broadcast into a std::vector one element shorter than the other ranks'. Every rank must fail with an
-// error that shows both calls. Prints "caught: <error>" and exits 3 on
+// broadcast into a std::vector one element shorter than the other ranks'.
+// Every rank must fail with an error that shows both calls. Prints "caught: <error>" and exits 3 on
 // failure, 0 if the mismatch went unnoticed (which the test treats as a
 // failure). With a directory as argv[2], a failed rank waits (up to 30 s)
 // until every rank has left a file there before exiting, so that kolorun's
