@@ -1,0 +1,123 @@
+"""The process's communicator and the who-am-I queries (Horovod's basics).
+
+One communicator per process, created by ``init()`` (collective over the
+job: kolorun, mpirun, srun or torchrun variables) and dropped by
+``shutdown()``. cross_rank/cross_size are derived at init from one allgather
+of a host identity (hostname, or KOLO_HOSTNAME, plus the kernel's boot id,
+as kolo's C++ init groups ranks into hosts): hosts are numbered in the order
+of their lowest rank.
+"""
+import atexit
+import os
+import socket
+import zlib
+
+from kolo import _C
+
+_comm = None
+_cross = (0, 1)  # (cross_rank, cross_size)
+
+
+def _host_identity():
+    host = os.environ.get("KOLO_HOSTNAME") or socket.gethostname()
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{host}/{boot}"
+
+
+def _derive_cross(comm):
+    """Numbers the hosts: one allgather of a 63-bit digest of each rank's host."""
+    import ctypes
+    n = comm.size()
+    if n == 1:
+        return 0, 1
+    ident = _host_identity().encode()
+    mine = (ctypes.c_int64 * 1)((zlib.crc32(ident) << 31) ^ zlib.adler32(ident))
+    every = (ctypes.c_int64 * n)()
+    comm.allgather(ctypes.addressof(mine), ctypes.addressof(every), 1, _C.I64)
+    hosts = list(dict.fromkeys(every))  # in order of first (lowest) rank
+    return hosts.index(mine[0]), len(hosts)
+
+
+def init(comm=None, process_sets=None):
+    """Joins the job (collective). Calling it again while initialised does nothing.
+
+    Horovod's ``comm`` and ``process_sets`` arguments are accepted only with
+    their defaults: kolo has one communicator over all ranks.
+    """
+    global _comm, _cross
+    if comm is not None or process_sets is not None:
+        raise ValueError("kolo: init(comm=..., process_sets=...) is not supported; "
+                         "kolo uses one communicator over all ranks")
+    if _comm is not None:
+        return
+    c = _C.init()
+    _cross = _derive_cross(c)
+    _comm = c
+
+
+def shutdown():
+    """Drops the communicator (after pending operations finish). init() may follow."""
+    global _comm, _cross
+    c, _comm, _cross = _comm, None, (0, 1)
+    if c is not None:
+        from kolo import handles
+        handles.drain()
+        c.close()
+
+
+atexit.register(shutdown)
+
+
+def is_initialized():
+    return _comm is not None
+
+
+def comm():
+    """The communicator; a clear error before init()."""
+    if _comm is None:
+        raise ValueError("kolo has not been initialized; call hvd.init() first")
+    return _comm
+
+
+def rank():
+    return comm().rank()
+
+
+def size():
+    return comm().size()
+
+
+def local_rank():
+    return comm().local_rank()
+
+
+def local_size():
+    return comm().local_size()
+
+
+def cross_rank():
+    """Index of this rank's host among the job's hosts (0 on one host)."""
+    comm()
+    return _cross[0]
+
+
+def cross_size():
+    """Number of hosts in the job."""
+    comm()
+    return _cross[1]
+
+
+def transport():
+    """"self", "shm" or "tcp"."""
+    return comm().transport()
+
+
+def error(what, message):
+    """A ValueError/TypeError text in kolo's style: names the rank and the call."""
+    r = _comm.rank() if _comm is not None else None
+    where = f"kolo rank {r}" if r is not None else "kolo"
+    return f"{where}: {what}: {message}"

@@ -1,0 +1,166 @@
+// kolo._C — the Python binding of kolo's public C++ API (include/kolo/kolo.h).
+//
+// It never links LibTorch: buffers arrive as (data pointer int, element count,
+// dtype code), taken from tensor.data_ptr()/numel() or numpy's
+// array.ctypes.data/size, so one build serves every torch release. Everything
+// that needs torch lives in Python (kolo/torch/).
+//
+// Python API (all collectives are issued by every rank in the same order;
+// kolo matches them by call order, not by name):
+//
+//   kolo._C.init() -> Communicator          collective over the job (kolorun,
+//                                           mpirun, srun, torchrun variables)
+//   kolo._C.Error                           subclass of RuntimeError; every
+//                                           kolo::Error ("kolo rank R: ...")
+//   dtype codes  F32 F64 F16 BF16 I32 I64 U8   (ints 0..6, kolo::DType)
+//   op codes     SUM AVERAGE MIN MAX PRODUCT   (ints 0..4, kolo::Op)
+//   dtype_size(code) -> int, dtype_name(code) -> "f32"..., op_name(code) -> "sum"...,
+//   op_supported(dtype, op) -> bool         (AVERAGE only on floating types)
+//
+//   class Communicator:
+//     rank() size() local_rank() local_size() -> int;  transport() -> "self"|"shm"|"tcp"
+//     valid() -> bool;  close()  (drops this handle's reference; the engine
+//                                 stops once no Work or copy holds it)
+//     allreduce(in_ptr, out_ptr, count, dtype, op)        in_ptr == out_ptr: in place
+//     broadcast(ptr, count, dtype, root)                   in place
+//     allgather(in_ptr, out_ptr, count, dtype)             out holds size*count
+//     allgatherv(in_ptr, out_ptr, counts: list[int], dtype)  counts same on every rank
+//     reduce_scatter(in_ptr, out_ptr, count, dtype, op)    in holds size*count
+//     alltoall(in_ptr, out_ptr, count, dtype)              both hold size*count
+//     barrier()
+//     each also as <name>_async(...) -> Work
+//   class Work:  wait() (rethrows the collective's error), test() -> bool, valid()
+//
+// Every blocking call and Work.wait() release the GIL; the buffers must stay
+// alive (and, for async calls, untouched) until the call or Work completes —
+// the Python layer keeps references for that. Pointers are plain ints, so the
+// per-call cost is a few hundred nanoseconds of argument conversion.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kolo/kolo.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using Ptr = std::uintptr_t;
+using Release = py::call_guard<py::gil_scoped_release>;
+
+const void* cin(Ptr p) { return reinterpret_cast<const void*>(p); }
+void* out(Ptr p) { return reinterpret_cast<void*>(p); }
+
+// Codes from Python are checked here so that a bad one is an error, not UB.
+kolo::DType dt(int code) {
+  if (code < 0 || code > static_cast<int>(kolo::DType::U8))
+    throw kolo::Error("kolo: invalid dtype code " + std::to_string(code));
+  return static_cast<kolo::DType>(code);
+}
+kolo::Op op(int code) {
+  if (code < 0 || code > static_cast<int>(kolo::Op::Product))
+    throw kolo::Error("kolo: invalid op code " + std::to_string(code));
+  return static_cast<kolo::Op>(code);
+}
+std::size_t cnt(std::int64_t n) {
+  if (n < 0) throw kolo::Error("kolo: negative element count " + std::to_string(n));
+  return static_cast<std::size_t>(n);
+}
+std::vector<std::size_t> counts(const std::vector<std::int64_t>& v) {
+  std::vector<std::size_t> r;
+  r.reserve(v.size());
+  for (auto n : v) r.push_back(cnt(n));
+  return r;
+}
+
+using C = kolo::Communicator;
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "kolo's C++ core: collectives on raw buffers (see python/src/module.cc)";
+  py::register_exception<kolo::Error>(m, "Error", PyExc_RuntimeError);
+
+  m.attr("F32") = static_cast<int>(kolo::DType::F32);
+  m.attr("F64") = static_cast<int>(kolo::DType::F64);
+  m.attr("F16") = static_cast<int>(kolo::DType::F16);
+  m.attr("BF16") = static_cast<int>(kolo::DType::BF16);
+  m.attr("I32") = static_cast<int>(kolo::DType::I32);
+  m.attr("I64") = static_cast<int>(kolo::DType::I64);
+  m.attr("U8") = static_cast<int>(kolo::DType::U8);
+  m.attr("SUM") = static_cast<int>(kolo::Op::Sum);
+  m.attr("AVERAGE") = static_cast<int>(kolo::Op::Average);
+  m.attr("MIN") = static_cast<int>(kolo::Op::Min);
+  m.attr("MAX") = static_cast<int>(kolo::Op::Max);
+  m.attr("PRODUCT") = static_cast<int>(kolo::Op::Product);
+
+  m.def("dtype_size", [](int t) { return kolo::dtype_size(dt(t)); });
+  m.def("dtype_name", [](int t) { return std::string(kolo::dtype_name(dt(t))); });
+  m.def("op_name", [](int o) { return std::string(kolo::op_name(op(o))); });
+  m.def("op_supported", [](int t, int o) { return kolo::op_supported(dt(t), op(o)); });
+
+  py::class_<kolo::Work>(m, "Work")
+      .def("wait", &kolo::Work::wait, Release())
+      .def("test", &kolo::Work::test)
+      .def("valid", &kolo::Work::valid);
+
+  m.def("init", [] { return kolo::init(); }, Release());
+
+  py::class_<C>(m, "Communicator")
+      .def("rank", &C::rank)
+      .def("size", &C::size)
+      .def("local_rank", &C::local_rank)
+      .def("local_size", &C::local_size)
+      .def("transport", &C::transport)
+      .def("valid", &C::valid)
+      .def("close", [](C& c) { c = C(); }, Release())
+      .def("allreduce",
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r) {
+             c.allreduce(cin(i), out(o), cnt(n), dt(t), op(r));
+           }, Release())
+      .def("allreduce_async",
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r) {
+             return c.allreduce_async(cin(i), out(o), cnt(n), dt(t), op(r));
+           }, Release())
+      .def("broadcast",
+           [](C& c, Ptr p, std::int64_t n, int t, int root) { c.broadcast(out(p), cnt(n), dt(t), root); },
+           Release())
+      .def("broadcast_async",
+           [](C& c, Ptr p, std::int64_t n, int t, int root) {
+             return c.broadcast_async(out(p), cnt(n), dt(t), root);
+           }, Release())
+      .def("allgather",
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t) { c.allgather(cin(i), out(o), cnt(n), dt(t)); },
+           Release())
+      .def("allgather_async",
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t) {
+             return c.allgather_async(cin(i), out(o), cnt(n), dt(t));
+           }, Release())
+      .def("allgatherv",
+           [](C& c, Ptr i, Ptr o, const std::vector<std::int64_t>& ns, int t) {
+             c.allgatherv(cin(i), out(o), counts(ns), dt(t));
+           }, Release())
+      .def("allgatherv_async",
+           [](C& c, Ptr i, Ptr o, const std::vector<std::int64_t>& ns, int t) {
+             return c.allgatherv_async(cin(i), out(o), counts(ns), dt(t));
+           }, Release())
+      .def("reduce_scatter",
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r) {
+             c.reduce_scatter(cin(i), out(o), cnt(n), dt(t), op(r));
+           }, Release())
+      .def("reduce_scatter_async",
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r) {
+             return c.reduce_scatter_async(cin(i), out(o), cnt(n), dt(t), op(r));
+           }, Release())
+      .def("alltoall",
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t) { c.alltoall(cin(i), out(o), cnt(n), dt(t)); },
+           Release())
+      .def("alltoall_async",
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t) {
+             return c.alltoall_async(cin(i), out(o), cnt(n), dt(t));
+           }, Release())
+      .def("barrier", &C::barrier, Release())
+      .def("barrier_async", &C::barrier_async, Release());
+}
