@@ -1,0 +1,77 @@
+"""Horovod's PyTorch API on kolo: ``import kolo.torch as hvd``.
+
+Names, arguments and defaults follow ``horovod.torch``. Differences (see
+python/README.md): collectives are matched by call order, not by name;
+one communicator over all ranks (process_set arguments accept only the
+default); CPU tensors only; no Adasum.
+"""
+from kolo._C import Error as KoloError
+from kolo.basics import (init, shutdown, is_initialized, rank, size, local_rank, local_size,
+                         cross_rank, cross_size)
+from kolo.torch.dtypes import Average, Sum, Min, Max, Product, Adasum, ReduceOp
+from kolo.torch.compression import Compression
+from kolo.torch.collectives import (
+    allreduce_async, allreduce_async_, allreduce_,
+    grouped_allreduce_async, grouped_allreduce_async_, grouped_allreduce_,
+    allgather_async, grouped_allgather_async,
+    broadcast_async, broadcast_async_, broadcast_,
+    alltoall_async, reducescatter_async, grouped_reducescatter_async,
+    barrier, poll, synchronize)
+from kolo.torch.autograd import (allreduce, grouped_allreduce, allgather, grouped_allgather,
+                                 broadcast, alltoall, reducescatter, grouped_reducescatter)
+from kolo.torch.functions import (broadcast_parameters, broadcast_optimizer_state,
+                                  broadcast_object, allgather_object)
+from kolo.torch.optimizer import DistributedOptimizer, join
+
+# Horovod's exception for a failed collective; kolo raises kolo.KoloError.
+HorovodInternalError = KoloError
+# kolo has one communicator over all ranks: the only process set.
+global_process_set = None
+
+
+def mpi_threads_supported():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    return 0
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Accepted for compatibility; kolo has no timeline file."""
+
+
+def stop_timeline():
+    """Accepted for compatibility."""

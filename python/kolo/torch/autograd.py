@@ -1,0 +1,184 @@
+"""The differentiable collectives (torch.autograd.Function), as in Horovod.
+
+Gradients are those of the sum over ranks of each rank's loss, the
+convention of Horovod's own backward passes:
+  allreduce(x, Sum)      -> allreduce(grad, Sum)
+  allreduce(x, Average)  -> allreduce(grad, Average)
+  allgather(x)           -> this rank's rows of allreduce(grad, Sum)
+  broadcast(x, root)     -> allreduce(grad, Sum) on root, zeros elsewhere
+  alltoall(x, splits)    -> alltoall(grad, received_splits)
+  reducescatter(x, Sum)  -> allgather(grad) (Average: divided by size)
+Min/Max/Product have no gradient here (an error names them). The backward
+collectives are issued in backward order, which is the same on every rank
+for the same graph — kolo matches them by call order.
+
+When no gradient is needed the functions skip autograd entirely (the
+per-call cost of Function.apply is several microseconds).
+"""
+import torch
+
+from kolo import _C
+from kolo.basics import comm, error
+from kolo.torch import collectives as col
+from kolo.torch.dtypes import Average, Sum, op_code
+
+
+def _needs_grad(t):
+    return t.requires_grad and torch.is_grad_enabled()
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, op, prescale, postscale, name):
+        ctx.op, ctx.pre, ctx.post = op, prescale, postscale
+        return col.allreduce_nograd(tensor, op, prescale, postscale, name)
+
+    @staticmethod
+    def backward(ctx, grad):
+        code = op_code("allreduce backward", ctx.op)
+        if code not in (_C.SUM, _C.AVERAGE):
+            raise RuntimeError(error("allreduce backward", f"op {ctx.op!r} has no gradient "
+                                     "(only Sum and Average do)"))
+        g = col.allreduce_nograd(grad.contiguous(), ctx.op, ctx.pre, ctx.post, what="allreduce backward")
+        return g, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=None):
+    """A new tensor: the reduction of tensor over all ranks (differentiable)."""
+    from kolo.torch.compression import Compression
+    op = col.resolve_op("allreduce", average, op)
+    compression = compression or Compression.none
+    sent, cctx = compression.compress(tensor)
+    if _needs_grad(sent):
+        out = _Allreduce.apply(sent, op, prescale_factor, postscale_factor, name)
+    else:
+        out = col.allreduce_nograd(sent, op, prescale_factor, postscale_factor, name)
+    return compression.decompress(out, cctx)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    """allreduce of each tensor of a list (differentiable); returns the list."""
+    op = col.resolve_op("grouped_allreduce", average, op)
+    if not any(_needs_grad(t) for t in tensors):
+        from kolo.torch.compression import Compression
+        compression = compression or Compression.none
+        sent = [compression.compress(t) for t in tensors]
+        outs = col.synchronize(col.grouped_allreduce_async([s for s, _ in sent], None, name, op,
+                                                          prescale_factor, postscale_factor))
+        return [compression.decompress(o, c) for o, (_, c) in zip(outs, sent)]
+    return [allreduce(t, None, name, compression, op, prescale_factor, postscale_factor)
+            for t in tensors]
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.rows = tensor.shape[0] if tensor.dim() else 1
+        ctx.scalar = tensor.dim() == 0
+        return col.allgather_nograd(tensor, name)
+
+    @staticmethod
+    def backward(ctx, grad):
+        summed = col.allreduce_nograd(grad.contiguous(), Sum, what="allgather backward")
+        rows = col.allgather_nograd(torch.tensor([ctx.rows], dtype=torch.int64))
+        offset = int(rows[:comm().rank()].sum())
+        g = summed.narrow(0, offset, ctx.rows)
+        return (g.reshape(()) if ctx.scalar else g), None
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Concatenation over ranks along dim 0 (first dimensions may differ; differentiable)."""
+    if _needs_grad(tensor):
+        return _Allgather.apply(tensor, name)
+    return col.allgather_nograd(tensor, name)
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    return [allgather(t, name) for t in tensors]
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root = root_rank
+        return col.broadcast_nograd(tensor, root_rank, name)
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = col.allreduce_nograd(grad.contiguous(), Sum, what="broadcast backward")
+        if comm().rank() != ctx.root:
+            g.zero_()
+        return g, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    """A new tensor holding root_rank's tensor (differentiable)."""
+    if _needs_grad(tensor):
+        return _Broadcast.apply(tensor, root_rank, name)
+    return col.broadcast_nograd(tensor, root_rank, name)
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        out, received = col.alltoall_nograd(tensor, splits, name)
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        g, _ = col.alltoall_nograd(grad.contiguous(), ctx.received, name=None)
+        return g, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Rows splits[j] go to rank j (equal parts when splits is None).
+
+    Returns the received rows; with splits given, (output, received_splits)
+    as in Horovod. Differentiable."""
+    if _needs_grad(tensor):
+        out, received = _Alltoall.apply(tensor, splits, name)
+    else:
+        out, received = col.alltoall_nograd(tensor, splits, name)
+    return out if splits is None else (out, received)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, op, prescale, postscale, name):
+        ctx.op, ctx.pre, ctx.post = op, prescale, postscale
+        return col.reducescatter_nograd(tensor, op, prescale, postscale, name)
+
+    @staticmethod
+    def backward(ctx, grad):
+        code = op_code("reducescatter backward", ctx.op)
+        if code not in (_C.SUM, _C.AVERAGE):
+            raise RuntimeError(error("reducescatter backward", f"op {ctx.op!r} has no gradient "
+                                     "(only Sum and Average do)"))
+        g = col.allgather_nograd(grad.contiguous())
+        scale = ctx.pre * ctx.post / (comm().size() if code == _C.AVERAGE else 1)
+        return (g * scale if scale != 1 else g), None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, prescale_factor=1.0,
+                  postscale_factor=1.0, process_set=None):
+    """Reduces over ranks and keeps this rank's rows of dim 0 (lower ranks get
+    the remainder when it does not divide). Differentiable."""
+    from kolo.torch.compression import Compression
+    compression = compression or Compression.none
+    sent, cctx = compression.compress(tensor)
+    if _needs_grad(sent):
+        out = _Reducescatter.apply(sent, op, prescale_factor, postscale_factor, name)
+    else:
+        out = col.reducescatter_nograd(sent, op, prescale_factor, postscale_factor, name)
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average, prescale_factor=1.0,
+                          postscale_factor=1.0, process_set=None):
+    return [reducescatter(t, name, compression, op, prescale_factor, postscale_factor)
+            for t in tensors]
+

@@ -1,0 +1,384 @@
+"""Horovod's tensor collectives on kolo: allreduce, allgather, broadcast,
+alltoall, reducescatter (each blocking and asynchronous, in place where
+Horovod has it), barrier, poll, synchronize.
+
+kolo matches collectives by call order, not by name (as NCCL and DDP do):
+every rank must issue the same collectives in the same order; ``name`` is
+accepted for compatibility and used in error messages only. A rank whose
+call differs from its peers' gets kolo's mismatch error, on every rank.
+
+The non-underscore, non-async functions are differentiable
+(kolo/torch/autograd.py); these are the plain versions they call.
+"""
+import torch
+
+from kolo import _C, handles
+from kolo.basics import comm, error
+from kolo.torch import dtypes
+from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, reduce_plan
+
+
+def resolve_op(what, average, op, default=Average):
+    """Horovod's deprecated ``average`` flag and ``op`` (None means Average)."""
+    if average is not None:
+        if op is not None:
+            raise ValueError(error(what, "pass either average= (deprecated) or op=, not both"))
+        return Average if average else Sum
+    return default if op is None else op
+
+
+def _scale(what, t, factor, kind):
+    """t * factor as a new tensor (factor 1: t itself)."""
+    if factor == 1.0:
+        return t
+    if not (t.is_floating_point()):
+        raise TypeError(error(what, f"{kind}={factor} needs a floating tensor, not {t.dtype}"))
+    return t * factor
+
+
+# ---- allreduce ---------------------------------------------------------------------
+def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocking):
+    """Reduces tensor into output (output may be tensor: in place).
+
+    The common case (a native dtype, no scaling) is two pointer reads and one
+    C++ call; the rest is done around it."""
+    check_tensor(what, tensor, name)
+    wide, dt, code = reduce_plan(what, tensor, op)
+    int_average = code == _C.AVERAGE and not tensor.is_floating_point()
+    if int_average:
+        code = _C.SUM  # Horovod's integer average: sum, then floor division
+    src = _scale(what, tensor, prescale, "prescale_factor")
+    if wide is not None:
+        src = src.to(wide)
+        dst = src
+    else:
+        dst = output
+    c = comm()
+    args = (src.data_ptr(), dst.data_ptr(), src.numel(), dt, code)
+
+    if dst is output and postscale == 1.0 and not int_average:
+        finish = lambda: output  # noqa: E731
+    else:
+        def finish():
+            if dst is not output:
+                output.copy_(dst)  # narrows (wraps like int8/int16 arithmetic) or u8 -> bool
+            if int_average:
+                output.floor_divide_(c.size())
+            if postscale != 1.0:
+                if not output.is_floating_point():
+                    raise TypeError(error(what, f"postscale_factor={postscale} needs a floating "
+                                          f"tensor, not {output.dtype}"))
+                output.mul_(postscale)
+            return output
+    if blocking:
+        c.allreduce(*args)
+        return finish()
+    return handles.add(c.allreduce_async(*args), (tensor, src, dst, output), finish)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=None):
+    op = resolve_op("allreduce_async", average, op)
+    return _allreduce_start("allreduce_async", tensor, torch.empty_like(tensor), op,
+                            prescale_factor, postscale_factor, name, False)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    op = resolve_op("allreduce_async_", average, op)
+    return _allreduce_start("allreduce_async_", tensor, tensor, op, prescale_factor,
+                            postscale_factor, name, False)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    op = resolve_op("allreduce_", average, op)
+    return _allreduce_start("allreduce_", tensor, tensor, op, prescale_factor,
+                            postscale_factor, name, True)
+
+
+def allreduce_nograd(tensor, op, prescale_factor=1.0, postscale_factor=1.0, name=None,
+                     what="allreduce"):
+    return _allreduce_start(what, tensor, torch.empty_like(tensor), op, prescale_factor,
+                            postscale_factor, name, True)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None):
+    """One handle for a list of tensors; synchronize() returns the list."""
+    op = resolve_op("grouped_allreduce_async", average, op)
+    return _grouped([allreduce_async(t, None, name, op, prescale_factor, postscale_factor)
+                     for t in tensors])
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=None):
+    op = resolve_op("grouped_allreduce_async_", average, op)
+    return _grouped([allreduce_async_(t, None, name, op, prescale_factor, postscale_factor)
+                     for t in tensors])
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=None):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor))
+
+
+def _grouped(hs):
+    return handles.add(None, hs, lambda: [synchronize(h) for h in hs])
+
+
+# ---- allgather ---------------------------------------------------------------------
+_MAX_DIMS = 8
+_DTYPE_INDEX = {d: i for i, d in enumerate(
+    [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+     torch.uint8, torch.int8, torch.int16, torch.bool])}
+_INDEX_DTYPE = {i: d for d, i in _DTYPE_INDEX.items()}
+
+
+def _describe(t, extra=()):
+    """[dtype, ndim, dims (the tail folded into the last of 8)] + extra, as i64."""
+    dims = list(t.shape)
+    if len(dims) > _MAX_DIMS:
+        tail = 1
+        for d in dims[_MAX_DIMS - 1:]:
+            tail *= d
+        dims = dims[:_MAX_DIMS - 1] + [tail]
+    dims += [0] * (_MAX_DIMS - len(dims))
+    return [_DTYPE_INDEX[t.dtype], t.dim()] + dims + list(extra)
+
+
+def _gather_descriptions(what, t, extra=()):
+    """Every rank's description of t; checks dtype and the shape beyond dim 0.
+
+    Raises the same error on every rank when they disagree (every rank sees the
+    whole table)."""
+    c = comm()
+    mine = torch.tensor(_describe(t, extra), dtype=torch.int64)
+    table = torch.empty(c.size(), mine.numel(), dtype=torch.int64)
+    c.allgather(mine.data_ptr(), table.data_ptr(), mine.numel(), _C.I64)
+    rows = table.tolist()
+    for r, row in enumerate(rows):
+        if row[0] != rows[0][0]:
+            raise TypeError(error(what, f"ranks disagree on the dtype: rank 0 has "
+                                  f"{_INDEX_DTYPE[rows[0][0]]}, rank {r} has {_INDEX_DTYPE[row[0]]}"))
+        if row[1] != rows[0][1] or row[3:2 + _MAX_DIMS] != rows[0][3:2 + _MAX_DIMS]:
+            raise ValueError(error(what, "ranks disagree on the shape beyond the first dimension: "
+                                   f"rank 0 has {_shape(rows[0])}, rank {r} has {_shape(row)}"))
+    return rows
+
+
+def _shape(row):
+    return tuple(row[2:2 + min(row[1], _MAX_DIMS)])
+
+
+def _allgather_start(what, tensor, name, blocking):
+    check_tensor(what, tensor, name)
+    t = tensor.reshape(1) if tensor.dim() == 0 else tensor
+    rows = _gather_descriptions(what, t)
+    firsts = [row[2] for row in rows]
+    output = t.new_empty((sum(firsts),) + tuple(t.shape[1:]))
+    dt, n = move_code(t)
+    per_row = n // t.shape[0] if t.shape[0] else _row_units(t)
+    counts = [f * per_row for f in firsts]
+    c = comm()
+    args = (t.data_ptr(), output.data_ptr(), counts, dt)
+    if blocking:
+        c.allgatherv(*args)
+        return output
+    return handles.add(c.allgatherv_async(*args), (t, output), lambda: output)
+
+
+def _row_units(t):
+    """Elements (in move units) per first-dimension row, for an empty tensor."""
+    n = 1
+    for d in t.shape[1:]:
+        n *= d
+    return n * (1 if t.dtype in dtypes._NATIVE else t.element_size())
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    return _allgather_start("allgather_async", tensor, name, False)
+
+
+def allgather_nograd(tensor, name=None):
+    return _allgather_start("allgather", tensor, name, True)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    return _grouped([allgather_async(t, name) for t in tensors])
+
+
+# ---- broadcast ---------------------------------------------------------------------
+def _broadcast_start(what, tensor, output, root_rank, name, blocking):
+    check_tensor(what, tensor, name)
+    if output is not tensor:
+        output.copy_(tensor)
+    dt, n = move_code(output)
+    c = comm()
+    args = (output.data_ptr(), n, dt, int(root_rank))
+    if blocking:
+        c.broadcast(*args)
+        return output
+    return handles.add(c.broadcast_async(*args), (tensor, output), lambda: output)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    return _broadcast_start("broadcast_async", tensor, torch.empty_like(tensor), root_rank, name,
+                            False)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    return _broadcast_start("broadcast_async_", tensor, tensor, root_rank, name, False)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return _broadcast_start("broadcast_", tensor, tensor, root_rank, name, True)
+
+
+def broadcast_nograd(tensor, root_rank, name=None):
+    return _broadcast_start("broadcast", tensor, torch.empty_like(tensor), root_rank, name, True)
+
+
+# ---- alltoall ----------------------------------------------------------------------
+def _splits_list(what, tensor, splits, n):
+    if splits is None:
+        d0 = tensor.shape[0] if tensor.dim() else 1
+        if d0 % n:
+            raise ValueError(error(what, f"the first dimension ({d0}) is not divisible by the "
+                                   f"{n} ranks; pass splits="))
+        return [d0 // n] * n
+    s = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
+    if len(s) != n or any(int(x) < 0 for x in s):
+        raise ValueError(error(what, f"splits must hold {n} non-negative counts, got {s}"))
+    d0 = tensor.shape[0] if tensor.dim() else 1
+    if sum(s) != d0:
+        raise ValueError(error(what, f"splits {s} sum to {sum(s)}, but the first dimension is {d0}"))
+    return [int(x) for x in s]
+
+
+def _alltoall_start(what, tensor, splits, name, blocking):
+    """Sends rows splits[j] to rank j; returns (output, received_splits).
+
+    One allgather of every rank's splits first (so each rank knows what it
+    receives), then kolo's equal-block alltoall on blocks padded to the
+    largest split (no padding when all splits are equal)."""
+    check_tensor(what, tensor, name)
+    c = comm()
+    n, me = c.size(), c.rank()
+    t = tensor.reshape(1) if tensor.dim() == 0 else tensor
+    s = _splits_list(what, t, splits, n)
+    rows = _gather_descriptions(what, t, s)
+    matrix = [row[2 + _MAX_DIMS:] for row in rows]  # matrix[src][dst]
+    recv = [matrix[src][me] for src in range(n)]
+    biggest = max(max(r) for r in matrix)
+    dt, _ = move_code(t)
+    per_row = _row_units(t)
+    tail = tuple(t.shape[1:])
+    if all(x == biggest for r in matrix for x in r):
+        send = t
+        out = t.new_empty((biggest * n,) + tail)
+        result = out
+    else:
+        send = t.new_zeros((n * biggest,) + tail)
+        for j, piece in enumerate(torch.split(t, s)):
+            send[j * biggest:j * biggest + s[j]].copy_(piece)
+        out = t.new_empty((n * biggest,) + tail)
+        result = None
+    args = (send.data_ptr(), out.data_ptr(), biggest * per_row, dt)
+    received = torch.tensor(recv, dtype=torch.int32)
+
+    def finish():
+        if result is not None:
+            return result, received
+        parts = [out[j * biggest:j * biggest + recv[j]] for j in range(n)]
+        return torch.cat(parts) if parts else out[:0], received
+    if blocking:
+        c.alltoall(*args)
+        return finish()
+    return handles.add(c.alltoall_async(*args), (t, send, out), finish)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """synchronize() returns (output, received_splits)."""
+    return _alltoall_start("alltoall_async", tensor, splits, name, False)
+
+
+def alltoall_nograd(tensor, splits=None, name=None):
+    return _alltoall_start("alltoall", tensor, splits, name, True)
+
+
+# ---- reducescatter -----------------------------------------------------------------
+def reducescatter_rows(d0, n):
+    """Horovod's split of the first dimension: lower ranks get the remainder."""
+    return [d0 // n + (1 if r < d0 % n else 0) for r in range(n)]
+
+
+def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
+    check_tensor(what, tensor, name)
+    if tensor.dim() == 0:
+        raise ValueError(error(what, "needs a tensor with at least one dimension"))
+    c = comm()
+    n, me = c.size(), c.rank()
+    wide, dt, code = reduce_plan(what, tensor, op)
+    int_average = code == _C.AVERAGE and not tensor.is_floating_point()
+    if int_average:
+        code = _C.SUM
+    src = _scale(what, tensor, prescale, "prescale_factor")
+    if wide is not None:
+        src = src.to(wide)
+    d0, tail = src.shape[0], tuple(src.shape[1:])
+    split = reducescatter_rows(d0, n)
+    biggest = split[0]
+    per_row = src[0].numel() if d0 else 0
+    if d0 % n:  # blocks of equal size: pad every rank's block to the biggest
+        padded = src.new_zeros((n * biggest,) + tail)
+        for r, piece in enumerate(torch.split(src, split)):
+            padded[r * biggest:r * biggest + split[r]].copy_(piece)
+        src = padded
+    out = src.new_empty((biggest,) + tail)
+    args = (src.data_ptr(), out.data_ptr(), biggest * per_row, dt, code)
+
+    def finish():
+        res = out[:split[me]]
+        if wide is not None or tensor.dtype == torch.bool:
+            res = res.to(tensor.dtype)
+        if int_average:
+            res = res.floor_divide(n)
+        if postscale != 1.0:
+            res = _scale(what, res, postscale, "postscale_factor")
+        return res
+    if blocking:
+        c.reduce_scatter(*args)
+        return finish()
+    return handles.add(c.reduce_scatter_async(*args), (tensor, src, out), finish)
+
+
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=None):
+    return _reducescatter_start("reducescatter_async", tensor, op, prescale_factor,
+                                postscale_factor, name, False)
+
+
+def reducescatter_nograd(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    return _reducescatter_start("reducescatter", tensor, op, prescale_factor, postscale_factor,
+                                name, True)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0,
+                                postscale_factor=1.0, process_set=None):
+    return _grouped([reducescatter_async(t, name, op, prescale_factor, postscale_factor)
+                     for t in tensors])
+
+
+# ---- the rest ----------------------------------------------------------------------
+def barrier(process_set=None):
+    comm().barrier()
+
+
+def poll(handle):
+    return handles.poll(handle)
+
+
+def synchronize(handle):
+    return handles.synchronize(handle)

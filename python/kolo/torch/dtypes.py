@@ -1,0 +1,102 @@
+"""torch dtypes and reduction ops as kolo's codes, and the checks every
+collective makes on its tensors.
+
+kolo's engine has seven element types (f32 f64 f16 bf16 i32 i64 u8). The
+three more that Horovod accepts are mapped here, exactly:
+  * int8, int16 — data movement (broadcast, allgather, alltoall) moves their
+    bytes as u8; reductions widen to i32 and narrow back. Narrowing wraps
+    modulo 2^8/2^16, which is what an int8/int16 sum or product would give, and
+    min/max are exact.
+  * bool — moved as u8; reduced as u8 with sum and max as logical OR and
+    product and min as logical AND (Horovod's bool sum is also an OR).
+Average of an integer tensor is a sum followed by floor division, as in
+Horovod; Average of a bool tensor is an error; any other dtype is an error
+naming it.
+"""
+import torch
+
+from kolo import _C
+from kolo.basics import error
+
+_NATIVE = {
+    torch.float32: _C.F32, torch.float64: _C.F64, torch.float16: _C.F16,
+    torch.bfloat16: _C.BF16, torch.int32: _C.I32, torch.int64: _C.I64, torch.uint8: _C.U8,
+}
+_WIDENED = {torch.int8: torch.int32, torch.int16: torch.int32}
+SUPPORTED = ("float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool")
+
+
+class ReduceOp(int):
+    """Horovod's reduction ops (hvd.Average, hvd.Sum, ...), kolo's op codes."""
+    _names = {}
+
+    def __new__(cls, code, name):
+        o = super().__new__(cls, code)
+        cls._names[code] = name
+        return o
+
+    def __repr__(self):
+        return self._names[int(self)]
+
+    __str__ = __repr__
+
+
+Sum = ReduceOp(_C.SUM, "Sum")
+Average = ReduceOp(_C.AVERAGE, "Average")
+Min = ReduceOp(_C.MIN, "Min")
+Max = ReduceOp(_C.MAX, "Max")
+Product = ReduceOp(_C.PRODUCT, "Product")
+Adasum = None  # Horovod's Adasum has no kolo counterpart: passing it is an error
+
+
+def op_code(what, op):
+    if op is None:
+        raise ValueError(error(what, "op=None (Adasum) is not supported by kolo; "
+                               "use Average, Sum, Min, Max or Product"))
+    try:
+        code = int(op)
+    except (TypeError, ValueError):
+        code = -1
+    if code not in ReduceOp._names:
+        raise ValueError(error(what, f"op {op!r} is not supported (Average, Sum, Min, Max, Product)"))
+    return code
+
+
+def check_tensor(what, t, name=None):
+    """Refuses what kolo cannot read in place: non-tensors, non-CPU, strided views."""
+    label = f" '{name}'" if name else ""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(error(what, f"expected a torch.Tensor{label}, got {type(t).__name__}"))
+    if t.device.type != "cpu":
+        raise ValueError(error(what, f"tensor{label} is on device {t.device}; this kolo build "
+                               "handles CPU tensors only (move it with .cpu())"))
+    if t.dtype not in _NATIVE and t.dtype not in _WIDENED and t.dtype != torch.bool:
+        raise TypeError(error(what, f"tensor{label} has dtype {t.dtype}, which kolo does not "
+                              f"support (supported: {SUPPORTED})"))
+    if not t.is_contiguous():
+        raise ValueError(error(what, f"tensor{label} is not contiguous (shape {tuple(t.shape)}, "
+                               f"strides {t.stride()}); pass tensor.contiguous()"))
+
+
+def move_code(t):
+    """(dtype code, element count) for moving t's bytes unchanged."""
+    code = _NATIVE.get(t.dtype)
+    if code is not None:
+        return code, t.numel()
+    return _C.U8, t.numel() * t.element_size()
+
+
+def reduce_plan(what, t, op):
+    """How to reduce t with op: (work dtype or None if native, dtype code, op code).
+
+    Raises a clear error for combinations kolo cannot do exactly."""
+    code = op_code(what, op)
+    if t.dtype == torch.bool:
+        if code == _C.AVERAGE:
+            raise TypeError(error(what, "op Average is not defined for bool tensors"))
+        code = {_C.SUM: _C.MAX, _C.PRODUCT: _C.MIN}.get(code, code)
+        return torch.uint8, _C.U8, code
+    wide = _WIDENED.get(t.dtype)
+    # Average of an integer tensor stays AVERAGE here: the caller sums and
+    # floor-divides, as Horovod does (kolo's C++ API refuses integer averages).
+    return wide, _NATIVE[wide or t.dtype], code

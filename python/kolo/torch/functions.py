@@ -1,0 +1,109 @@
+"""Whole-model helpers: broadcast_parameters, broadcast_optimizer_state,
+broadcast_object, allgather_object (Horovod's names and arguments)."""
+import io
+import pickle
+import zlib
+
+import torch
+
+from kolo import _C
+from kolo.basics import comm, error
+from kolo.torch.dtypes import check_tensor, move_code
+
+
+def _i64(values):
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def _check_same_everywhere(what, description):
+    """Every rank learns whether all ranks have the same description (names,
+    shapes, dtypes) — one allgather of a digest, so a mismatch is the same
+    error on every rank rather than a hang or a wrong broadcast."""
+    c = comm()
+    digest = zlib.crc32(description.encode())
+    mine = _i64([digest])
+    every = torch.empty(c.size(), dtype=torch.int64)
+    c.allgather(mine.data_ptr(), every.data_ptr(), 1, _C.I64)
+    differ = [r for r, d in enumerate(every.tolist()) if d != every[0].item()]
+    if differ:
+        raise ValueError(error(what, f"the parameters differ between ranks (names, shapes or dtypes): "
+                               f"rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} "
+                               "differ from rank 0"))
+
+
+def broadcast_parameters(params, root_rank=0, process_set=None):
+    """Copies root_rank's parameters (a state_dict, named_parameters(), or a
+    list of tensors or (name, tensor) pairs) into every rank's, in place.
+
+    Tensors of one dtype travel as one fused buffer."""
+    what = "broadcast_parameters"
+    if isinstance(params, dict):
+        items = sorted(params.items(), key=lambda kv: str(kv[0]))
+    else:
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    items = [(n, p) for n, p in items if p is not None]
+    for n, p in items:
+        check_tensor(what, p, n)
+    _check_same_everywhere(what, ";".join(f"{n}:{tuple(p.shape)}:{p.dtype}" for n, p in items))
+    by_dtype = {}
+    for n, p in items:
+        by_dtype.setdefault(p.dtype, []).append(p)
+    c = comm()
+    for dtype, ps in by_dtype.items():
+        with torch.no_grad():
+            flat = torch.cat([p.detach().reshape(-1) for p in ps]) if ps else None
+            dt, count = move_code(flat)
+            c.broadcast(flat.data_ptr(), count, dt, int(root_rank))
+            if c.rank() != root_rank:
+                offset = 0
+                for p in ps:
+                    p.detach().copy_(flat[offset:offset + p.numel()].view_as(p))
+                    offset += p.numel()
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """root_rank's object (pickled) on every rank."""
+    c = comm()
+    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if c.rank() == root_rank else b""
+    length = _i64([len(payload)])
+    c.broadcast(length.data_ptr(), 1, _C.I64, int(root_rank))
+    buf = torch.empty(int(length[0]), dtype=torch.uint8)
+    if c.rank() == root_rank:
+        buf = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else buf
+    c.broadcast(buf.data_ptr(), buf.numel(), _C.U8, int(root_rank))
+    return obj if c.rank() == root_rank else pickle.loads(buf.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """The list of every rank's object, in rank order."""
+    c = comm()
+    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    mine = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    sizes = torch.empty(c.size(), dtype=torch.int64)
+    n = _i64([len(payload)])
+    c.allgather(n.data_ptr(), sizes.data_ptr(), 1, _C.I64)
+    counts = sizes.tolist()
+    out = torch.empty(sum(counts), dtype=torch.uint8)
+    c.allgatherv(mine.data_ptr(), out.data_ptr(), counts, _C.U8)
+    raw, objs, off = out.numpy().tobytes(), [], 0
+    for k in counts:
+        objs.append(pickle.loads(raw[off:off + k]))
+        off += k
+    return objs
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
+    """Every rank gets root_rank's optimizer state and hyper-parameters.
+
+    The state_dict travels as one pickled object (torch.save), so any
+    optimizer and any state (momentum buffers, step counters, lr) works,
+    whether or not the other ranks have stepped yet."""
+    c = comm()
+    state = None
+    if c.rank() == root_rank:
+        buf = io.BytesIO()
+        torch.save(optimizer.state_dict(), buf)
+        state = buf.getvalue()
+    state = broadcast_object(state, root_rank)
+    if c.rank() != root_rank:
+        optimizer.load_state_dict(torch.load(io.BytesIO(state)))

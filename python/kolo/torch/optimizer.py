@@ -1,0 +1,297 @@
+"""DistributedOptimizer: Horovod's wrapper that averages gradients over ranks.
+
+How a step runs (the same on every rank, so kolo's call-order matching holds):
+  * At construction the parameters are laid out in buckets, in reverse order
+    of the optimizer's parameter list (roughly the order backward finishes
+    them), closed at a dtype change or at the size cap (1 MiB for the first
+    bucket so that communication starts early, 25 MiB after).
+  * A hook on each parameter's gradient accumulator counts backward passes;
+    after backward_passes_per_step of them the gradient is ready. Buckets are
+    issued strictly in bucket order as soon as all their gradients are ready:
+    the gradients are copied (cast, with compression) into the bucket's flat
+    buffer and an asynchronous kolo allreduce starts while backward goes on.
+  * Just before the first bucket of a step, a one-element allreduce of an
+    "active" flag (1 on every rank that steps) is issued. A rank that has
+    called join() answers it with 0 and mirrors the step's buckets with
+    zeros, so ranks with more batches can go on; the flag's sum — the number
+    of ranks that really stepped — is the divisor of op=Average.
+  * synchronize() (called by step()) issues what is left (gradients that
+    never arrived count as zeros, as in Horovod), waits, and writes the
+    averaged gradients back to p.grad.
+Gradient = sum over active ranks of (grad / gradient_predivide_factor),
+times gradient_predivide_factor / active_ranks for Average (Sum: the plain
+sum). Gradients accumulated over backward_passes_per_step are summed, not
+averaged (as in Horovod: scale the loss if you want an average).
+"""
+import contextlib
+import weakref
+
+import torch
+
+from kolo import _C
+from kolo.basics import comm, error
+from kolo.torch import dtypes
+from kolo.torch.compression import Compression
+from kolo.torch.dtypes import Average, Sum
+
+FIRST_BUCKET_BYTES = 1 << 20
+BUCKET_BYTES = 25 << 20
+
+_latest = None  # weakref to the newest DistributedOptimizer (join() mirrors its buckets)
+
+
+def latest_optimizer():
+    return _latest() if _latest is not None else None
+
+
+class _Bucket:
+    def __init__(self, params, wire_dtype):
+        self.params = params
+        n = sum(p.numel() for p in params)
+        self.buffer = torch.zeros(n, dtype=wire_dtype)
+        self.views, off = [], 0
+        for p in params:
+            self.views.append(self.buffer[off:off + p.numel()])
+            off += p.numel()
+        self.code = dtypes._NATIVE.get(wire_dtype)
+        self.work = None
+
+
+def _wire_dtype(compression, p):
+    sent, _ = compression.compress(torch.zeros(1, dtype=p.dtype))
+    return sent.dtype
+
+
+def make_buckets(params, compression):
+    buckets, current, size, dtype = [], [], 0, None
+    cap = FIRST_BUCKET_BYTES
+    for p in reversed(params):
+        wire = _wire_dtype(compression, p)
+        nbytes = p.numel() * torch.empty(0, dtype=wire).element_size()
+        if current and (wire != dtype or size + nbytes > cap):
+            buckets.append(_Bucket(current, dtype))
+            current, size, cap = [], 0, BUCKET_BYTES
+        current.append(p)
+        size += nbytes
+        dtype = wire
+    if current:
+        buckets.append(_Bucket(current, dtype))
+    return buckets
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
+                 op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False):
+        super(self.__class__, self).__init__(params)
+        what = "DistributedOptimizer"
+        self._what = what
+        code = dtypes.op_code(what, op)
+        if code not in (_C.SUM, _C.AVERAGE):
+            raise ValueError(error(what, f"op {op!r} is not supported (Average or Sum)"))
+        if gradient_predivide_factor != 1.0 and code != _C.AVERAGE:
+            raise ValueError(error(what, "gradient_predivide_factor needs op=Average"))
+        if backward_passes_per_step < 1:
+            raise ValueError(error(what, "backward_passes_per_step must be at least 1"))
+        self._average = code == _C.AVERAGE
+        self._predivide = float(gradient_predivide_factor)
+        self._compression = compression or Compression.none
+        self.backward_passes_per_step = backward_passes_per_step
+        self._sparse_as_dense = sparse_as_dense
+
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        self._names = self._name_parameters(named_parameters, all_params)
+        self._params = [p for p in all_params if p.requires_grad]
+        for p in self._params:
+            dtypes.check_tensor(what, p, self._names.get(p))
+            if not p.is_floating_point():
+                raise TypeError(error(what, f"parameter '{self._names.get(p)}' has dtype {p.dtype}; "
+                                      "gradients need a floating dtype"))
+        self._buckets = make_buckets(self._params, self._compression)
+        self._bucket_of = {p: b for b in self._buckets for p in b.params}
+        self._flag = torch.zeros(1, dtype=torch.int32)
+        self._flag_work = None
+        self._rounds = 0  # steps this rank took part in as an active rank
+        self._should_synchronize = True
+        self._synchronized = False
+        self._reset_round()
+        self._grad_accs = []
+        self._register_hooks()
+        global _latest
+        _latest = weakref.ref(self)
+
+    # ---- set-up ------------------------------------------------------------------
+    def _name_parameters(self, named_parameters, all_params):
+        if named_parameters is None:
+            return {p: f"allreduce.noname.{i}" for i, p in enumerate(all_params)}
+        named = list(named_parameters)
+        if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+            raise ValueError(error(self._what, "named_parameters must be (name, parameter) pairs, "
+                                   "as model.named_parameters() yields"))
+        names = [n for n, _ in named]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(error(self._what, f"parameter names are not unique: {dup}"))
+        mapping = {p: n for n, p in named}
+        missing = [i for i, p in enumerate(all_params) if p not in mapping]
+        if missing:
+            raise ValueError(error(self._what, "named_parameters does not name every parameter of "
+                                   f"the optimizer ({len(missing)} unnamed)"))
+        return mapping
+
+    def _register_hooks(self):
+        for p in self._params:
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(acc)  # keep the accumulator (and its hook) alive
+
+    def _make_hook(self, p):
+        def hook(*_):
+            if p in self._ready:
+                raise AssertionError(error(self._what, f"the gradient of '{self._names.get(p)}' was "
+                                           "computed more than backward_passes_per_step times "
+                                           "before step() or synchronize(); raise "
+                                           "backward_passes_per_step or call step()"))
+            self._passes[p] = self._passes.get(p, 0) + 1
+            if self._passes[p] == self.backward_passes_per_step:
+                self._ready.add(p)
+                self._issue_ready()
+        return hook
+
+    # ---- one round -----------------------------------------------------------------
+    def _reset_round(self):
+        self._passes = {}
+        self._ready = set()
+        self._next = 0  # index of the next bucket to issue
+
+    def _start_round(self, active):
+        self._flag[0] = 1 if active else 0
+        ptr = self._flag.data_ptr()
+        self._flag_work = comm().allreduce_async(ptr, ptr, 1, _C.I32, _C.SUM)
+
+    def _issue_ready(self):
+        while self._next < len(self._buckets) and all(
+                p in self._ready for p in self._buckets[self._next].params):
+            self._issue(self._buckets[self._next])
+            self._next += 1
+
+    def _issue(self, b):
+        if self._flag_work is None:
+            self._start_round(True)
+        with torch.no_grad():
+            for p, view in zip(b.params, b.views):
+                g = p.grad
+                if g is None:
+                    view.zero_()
+                    continue
+                if g.is_sparse:
+                    if not self._sparse_as_dense:
+                        raise ValueError(error(self._what, f"the gradient of '{self._names.get(p)}' "
+                                               "is sparse; pass sparse_as_dense=True"))
+                    g = g.to_dense()
+                view.copy_(g.reshape(-1))
+            if self._predivide != 1.0:
+                b.buffer.div_(self._predivide)
+        ptr = b.buffer.data_ptr()
+        b.work = comm().allreduce_async(ptr, ptr, b.buffer.numel(), b.code, _C.SUM)
+
+    def synchronize(self):
+        """Finishes this step's allreduces and writes the results to p.grad."""
+        for p in self._params:
+            self._ready.add(p)  # a gradient that never arrived counts as zeros
+        self._issue_ready()
+        try:
+            self._flag_work.wait()
+            active = int(self._flag[0])
+            for b in self._buckets:
+                b.work.wait()
+        finally:
+            self._flag_work = None
+            for b in self._buckets:
+                b.work = None
+            self._reset_round()
+        self._rounds += 1
+        scale = self._predivide / active if self._average else 1.0
+        with torch.no_grad():
+            for b in self._buckets:
+                if scale != 1.0:
+                    b.buffer.mul_(scale)
+                for p, view in zip(b.params, b.views):
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                    elif p.grad.is_sparse:
+                        p.grad = p.grad.to_dense()
+                    p.grad.copy_(view.view_as(p.grad))
+        self._synchronized = True
+
+    def mirror_step(self):
+        """A joined rank's part in a step of the others: zeros for every bucket."""
+        with torch.no_grad():
+            for b in self._buckets:
+                b.buffer.zero_()
+                ptr = b.buffer.data_ptr()
+                comm().allreduce(ptr, ptr, b.buffer.numel(), b.code, _C.SUM)
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """step() inside this block does not synchronize (call synchronize() first)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                import warnings
+                warnings.warn("optimizer.step() called without skip_synchronize() after "
+                              "optimizer.synchronize(): the gradients are averaged again")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._flag_work is not None:
+            raise AssertionError(error(self._what, "optimizer.zero_grad() was called after "
+                                       "loss.backward() but before optimizer.step() or "
+                                       "optimizer.synchronize()"))
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+    """Wraps optimizer (any torch.optim.Optimizer): step() averages gradients over ranks first.
+
+    The result is an instance of a subclass of the optimizer's own class, as
+    in Horovod; its param_groups (and hyper-parameters) are the original's."""
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, groups, sparse_as_dense)
+
+
+def join(device=-1):
+    """Takes part, with zeros, in the other ranks' DistributedOptimizer steps
+    until every rank has joined; returns the rank that joined last.
+
+    Only DistributedOptimizer steps can be mirrored: an active rank that
+    issues another collective while a rank waits in join() gets kolo's
+    mismatch error (on every rank), never a hang."""
+    c = comm()
+    opt = latest_optimizer()
+    flag = torch.zeros(1, dtype=torch.int32)
+    while True:
+        flag.zero_()
+        c.allreduce(flag.data_ptr(), flag.data_ptr(), 1, _C.I32, _C.SUM)
+        if int(flag[0]) == 0:
+            break
+        if opt is None:
+            raise RuntimeError(error("join", "other ranks are stepping a DistributedOptimizer, "
+                                     "but this rank has none to mirror"))
+        opt.mirror_step()
+    rounds = torch.tensor([opt._rounds if opt is not None else 0], dtype=torch.int64)
+    every = torch.empty(c.size(), dtype=torch.int64)
+    c.allgather(rounds.data_ptr(), every.data_ptr(), 1, _C.I64)
+    most = int(every.max())
+    return max(r for r, n in enumerate(every.tolist()) if n == most)
