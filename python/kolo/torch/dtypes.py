@@ -46,18 +46,18 @@ Average = ReduceOp(_C.AVERAGE, "Average")
 Min = ReduceOp(_C.MIN, "Min")
 Max = ReduceOp(_C.MAX, "Max")
 Product = ReduceOp(_C.PRODUCT, "Product")
-Adasum = None  # Horovod's Adasum has no kolo counterpart: passing it is an error
+Adasum = ReduceOp(-1, "Adasum")  # no kolo counterpart: passing it is an error
 
 
 def op_code(what, op):
-    if op is None:
-        raise ValueError(error(what, "op=None (Adasum) is not supported by kolo; "
+    if op is Adasum:
+        raise ValueError(error(what, "op Adasum is not supported by kolo; "
                                "use Average, Sum, Min, Max or Product"))
     try:
         code = int(op)
     except (TypeError, ValueError):
         code = -1
-    if code not in ReduceOp._names:
+    if code < 0 or code not in ReduceOp._names:
         raise ValueError(error(what, f"op {op!r} is not supported (Average, Sum, Min, Max, Product)"))
     return code
 

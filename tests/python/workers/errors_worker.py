@@ -1,0 +1,114 @@
+"""Every refused input raises on every rank with a message naming the rank
+and the problem; mismatched calls get kolo's mismatch error on every rank,
+never a hang. Run under kolorun with 2 or more ranks."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import check, done  # noqa: E402
+
+import kolo.torch as hvd  # noqa: E402
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+PREFIX = f"kolo rank {R}: "
+
+
+def raises(kind, fragments, fn, what):
+    """fn() raises kind whose text starts with this rank's prefix and holds every fragment."""
+    try:
+        fn()
+    except kind as e:
+        text = str(e)
+        check(text.startswith(PREFIX) and all(f in text for f in fragments),
+              f"{what}: unexpected text {text!r} (wanted {fragments})")
+        return text
+    except Exception as e:  # noqa: BLE001
+        check(False, f"{what}: raised {type(e).__name__}: {e}")
+    check(False, f"{what}: did not raise")
+
+
+def foreign_device_tensor():
+    """A CUDA tensor when this torch can make one, else a meta-device tensor
+    (Debian's torch is CPU-only: torch.empty(device='cuda') fails by itself)."""
+    try:
+        return torch.empty(3, device="cuda"), "cuda"
+    except (AssertionError, RuntimeError):
+        return torch.empty(3, device="meta"), "meta"
+
+
+def local_errors():
+    strided = torch.ones(3, 4).t()
+    raises(ValueError, ["allreduce", "not contiguous", "contiguous()"], lambda: hvd.allreduce(strided),
+           "non-contiguous allreduce")
+    raises(ValueError, ["broadcast_", "not contiguous"], lambda: hvd.broadcast_(strided, 0),
+           "non-contiguous broadcast_")
+    raises(ValueError, ["allgather", "not contiguous"], lambda: hvd.allgather(strided),
+           "non-contiguous allgather")
+    dev, kind = foreign_device_tensor()
+    for fn, name in ((hvd.allreduce, "allreduce"), (hvd.allgather, "allgather"),
+                     (lambda t: hvd.broadcast(t, 0), "broadcast")):
+        raises(ValueError, [name, f"on device {kind}", "CPU tensors only"], lambda: fn(dev),
+               f"{kind} tensor to {name}")
+    for dtype in (torch.complex64, torch.complex128):
+        raises(TypeError, ["allreduce", f"dtype {dtype}", "does not support"],
+               lambda: hvd.allreduce(torch.zeros(2, dtype=dtype)), f"{dtype}")
+    raises(TypeError, ["alltoall", "torch.complex64"],
+           lambda: hvd.alltoall(torch.zeros(N, dtype=torch.complex64)), "complex alltoall")
+    raises(ValueError, ["allreduce", "Adasum", "not supported"],
+           lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum), "Adasum")
+    raises(ValueError, ["allreduce", "op 42 is not supported"],
+           lambda: hvd.allreduce(torch.ones(2), op=42), "op 42")
+    raises(TypeError, ["op Average is not defined for bool"],
+           lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool)), "bool average")
+    raises(TypeError, ["prescale_factor=0.5 needs a floating tensor"],
+           lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Sum, prescale_factor=0.5),
+           "integer prescale")
+    model = torch.nn.Linear(2, 2)
+    raises(ValueError, ["DistributedOptimizer", "op Max is not supported"],
+           lambda: hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1), op=hvd.Max),
+           "DistributedOptimizer op=Max")
+    raises(ValueError, ["splits [", f"sum to {N + 1}"],
+           lambda: hvd.alltoall(torch.zeros(N), splits=[1] * (N - 1) + [2]), "alltoall splits sum")
+
+
+def agreed_errors():
+    """Errors found by comparing every rank's description: the same on every rank."""
+    raises(ValueError, ["allgather", "ranks disagree on the shape beyond the first dimension",
+                        "rank 0 has (1, 1), rank 1 has (1, 2)"],
+           lambda: hvd.allgather(torch.zeros(1, R + 1)), "allgather trailing shape")
+    raises(TypeError, ["allgather", "ranks disagree on the dtype", "rank 0 has torch.float32",
+                       "rank 1 has torch.float64"],
+           lambda: hvd.allgather(torch.zeros(2, dtype=torch.float32 if R == 0 else torch.float64)),
+           "allgather dtype")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2 if R == 0 else 3)
+    raises(ValueError, ["broadcast_parameters", "the parameters differ between ranks",
+                        "differ from rank 0"],
+           lambda: hvd.broadcast_parameters(model.state_dict(), 0), "broadcast_parameters models")
+    # the communicator is still usable after all of these
+    check(hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N, "usable after refused inputs")
+
+
+def mismatch(what, fn, fragments):
+    """A kolo mismatch: every rank raises KoloError; the communicator is
+    then unusable, so shut it down and join again."""
+    raises(hvd.KoloError, ["mismatched collectives"] + fragments, fn, what)
+    hvd.shutdown()
+    hvd.init()
+
+
+local_errors()
+agreed_errors()
+mismatch("allreduce of different shapes", lambda: hvd.allreduce(torch.zeros(4 + min(R, 1))),
+         ["allreduce(f32, 4", "allreduce(f32, 5"])
+mismatch("allreduce of different dtypes",
+         lambda: hvd.allreduce(torch.zeros(4, dtype=torch.float32 if R == 0 else torch.float64)),
+         ["allreduce(f32, 4", "allreduce(f64, 4"])
+mismatch("different collectives",
+         lambda: hvd.allreduce(torch.zeros(4)) if R == 0 else hvd.broadcast(torch.zeros(4), 0),
+         ["allreduce(f32, 4", "broadcast(f32, 4, root=0)"])
+check(hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N, "a new communicator after shutdown()")
+done(f"errors rank {R} of {N}")
