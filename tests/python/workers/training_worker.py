@@ -151,6 +151,9 @@ def mode_kill():
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # report kolo's own detection, not kolorun's stop
     with open(os.path.join(result_dir, f"rank.{R}.pid"), "w") as f:
         f.write(str(os.getpid()))
+    if R == 0:
+        with open(os.path.join(result_dir, "job"), "w") as f:
+            f.write(os.environ.get("KOLO_JOB_ID", "?"))
     model = make_model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters())
@@ -170,5 +173,6 @@ def mode_kill():
         sys.exit(3)
 
 
-{"optimizer": mode_optimizer, "join": mode_join, "kill": mode_kill}[MODE]()
-done(f"training {MODE} rank {R} of {N}")
+for mode in MODE.split(","):
+    {"optimizer": mode_optimizer, "join": mode_join, "kill": mode_kill}[mode]()
+done(f"training rank {R} of {N} [{MODE}]")
