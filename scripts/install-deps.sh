@@ -14,6 +14,9 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread                   # kolo_torch (LibTorch 1.13, CPU), fast BLAS
   dataset-fashion-mnist                               # the main job's data
   openmpi-bin libopenmpi-dev python3-torch            # anchors and the mpirun test
+  pybind11-dev python3-dev python3-numpy              # the Python extension kolo._C
+  python3-pytest python3-venv python3-pip             # Python tests, pip install into a venv
+  python3-setuptools python3-wheel                    # pip install --no-build-isolation .
 )
 
 missing=()
