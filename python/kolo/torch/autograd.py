@@ -20,11 +20,28 @@ import torch
 from kolo import _C
 from kolo.basics import comm, error
 from kolo.torch import collectives as col
+from kolo.torch.compression import Compression
 from kolo.torch.dtypes import Average, Sum, op_code
 
 
 def _needs_grad(t):
     return t.requires_grad and torch.is_grad_enabled()
+
+
+def _reduce_compressed(function, nograd, tensor, compression, op, prescale, postscale, name):
+    """compress, reduce (through autograd only if a gradient is needed), decompress."""
+    compression = compression or Compression.none
+    sent, cctx = compression.compress(tensor)
+    run = function.apply if _needs_grad(sent) else nograd
+    return compression.decompress(run(sent, op, prescale, postscale, name), cctx)
+
+
+def _grad_op(what, op):
+    """The op's code if it has a gradient (Sum, Average), else an error."""
+    code = op_code(what, op)
+    if code not in (_C.SUM, _C.AVERAGE):
+        raise RuntimeError(error(what, f"op {op!r} has no gradient (only Sum and Average do)"))
+    return code
 
 
 class _Allreduce(torch.autograd.Function):
@@ -35,10 +52,7 @@ class _Allreduce(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        code = op_code("allreduce backward", ctx.op)
-        if code not in (_C.SUM, _C.AVERAGE):
-            raise RuntimeError(error("allreduce backward", f"op {ctx.op!r} has no gradient "
-                                     "(only Sum and Average do)"))
+        _grad_op("allreduce backward", ctx.op)
         g = col.allreduce_nograd(grad.contiguous(), ctx.op, ctx.pre, ctx.post, what="allreduce backward")
         return g, None, None, None, None
 
@@ -46,15 +60,9 @@ class _Allreduce(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """A new tensor: the reduction of tensor over all ranks (differentiable)."""
-    from kolo.torch.compression import Compression
     op = col.resolve_op("allreduce", average, op)
-    compression = compression or Compression.none
-    sent, cctx = compression.compress(tensor)
-    if _needs_grad(sent):
-        out = _Allreduce.apply(sent, op, prescale_factor, postscale_factor, name)
-    else:
-        out = col.allreduce_nograd(sent, op, prescale_factor, postscale_factor, name)
-    return compression.decompress(out, cctx)
+    return _reduce_compressed(_Allreduce, col.allreduce_nograd, tensor, compression, op,
+                              prescale_factor, postscale_factor, name)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
@@ -62,7 +70,6 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     """allreduce of each tensor of a list (differentiable); returns the list."""
     op = col.resolve_op("grouped_allreduce", average, op)
     if not any(_needs_grad(t) for t in tensors):
-        from kolo.torch.compression import Compression
         compression = compression or Compression.none
         sent = [compression.compress(t) for t in tensors]
         outs = col.synchronize(col.grouped_allreduce_async([s for s, _ in sent], None, name, op,
@@ -154,10 +161,7 @@ class _Reducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        code = op_code("reducescatter backward", ctx.op)
-        if code not in (_C.SUM, _C.AVERAGE):
-            raise RuntimeError(error("reducescatter backward", f"op {ctx.op!r} has no gradient "
-                                     "(only Sum and Average do)"))
+        code = _grad_op("reducescatter backward", ctx.op)
         g = col.allgather_nograd(grad.contiguous())
         scale = ctx.pre * ctx.post / (comm().size() if code == _C.AVERAGE else 1)
         return (g * scale if scale != 1 else g), None, None, None, None
@@ -167,14 +171,8 @@ def reducescatter(tensor, name=None, compression=None, op=Average, prescale_fact
                   postscale_factor=1.0, process_set=None):
     """Reduces over ranks and keeps this rank's rows of dim 0 (lower ranks get
     the remainder when it does not divide). Differentiable."""
-    from kolo.torch.compression import Compression
-    compression = compression or Compression.none
-    sent, cctx = compression.compress(tensor)
-    if _needs_grad(sent):
-        out = _Reducescatter.apply(sent, op, prescale_factor, postscale_factor, name)
-    else:
-        out = col.reducescatter_nograd(sent, op, prescale_factor, postscale_factor, name)
-    return compression.decompress(out, cctx)
+    return _reduce_compressed(_Reducescatter, col.reducescatter_nograd, tensor, compression, op,
+                              prescale_factor, postscale_factor, name)
 
 
 def grouped_reducescatter(tensors, name=None, compression=None, op=Average, prescale_factor=1.0,
