@@ -57,6 +57,18 @@ def init(comm=None, process_sets=None):
     c = _C.init()
     _cross = _derive_cross(c)
     _comm = c
+    _line_buffered_under_kolorun()
+
+
+def _line_buffered_under_kolorun():
+    """As kolo's C++ init does for C's stdout: under kolorun stdout is a pipe
+    to its relay, so flush Python's by line and ranks' prints show up as made."""
+    import sys
+    if "KOLO_RANK" in os.environ and hasattr(sys.stdout, "reconfigure") and not sys.stdout.isatty():
+        try:
+            sys.stdout.reconfigure(line_buffering=True)
+        except (ValueError, OSError):  # a replaced or closed stdout: leave it alone
+            pass
 
 
 def shutdown():

@@ -199,6 +199,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._params:
             self._ready.add(p)  # a gradient that never arrived counts as zeros
         self._issue_ready()
+        if self._flag_work is None:  # no buckets at all: the flag still keeps join() in step
+            self._start_round(True)
         try:
             self._flag_work.wait()
             active = int(self._flag[0])
