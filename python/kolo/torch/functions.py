@@ -1,6 +1,5 @@
 """Whole-model helpers: broadcast_parameters, broadcast_optimizer_state,
 broadcast_object, allgather_object (Horovod's names and arguments)."""
-import io
 import pickle
 import zlib
 
@@ -95,15 +94,10 @@ def allgather_object(obj, name=None, process_set=None):
 def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
     """Every rank gets root_rank's optimizer state and hyper-parameters.
 
-    The state_dict travels as one pickled object (torch.save), so any
-    optimizer and any state (momentum buffers, step counters, lr) works,
-    whether or not the other ranks have stepped yet."""
+    The whole state_dict travels as one pickled object, so any optimizer and
+    any state (momentum buffers, step counters, lr) works, whether or not
+    the other ranks have stepped yet."""
     c = comm()
-    state = None
-    if c.rank() == root_rank:
-        buf = io.BytesIO()
-        torch.save(optimizer.state_dict(), buf)
-        state = buf.getvalue()
-    state = broadcast_object(state, root_rank)
+    state = broadcast_object(optimizer.state_dict() if c.rank() == root_rank else None, root_rank)
     if c.rank() != root_rank:
-        optimizer.load_state_dict(torch.load(io.BytesIO(state)))
+        optimizer.load_state_dict(state)
