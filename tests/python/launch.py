@@ -17,8 +17,11 @@ KOLORUN = os.environ.get("KOLORUN", os.path.join(HERE, "..", "..", "build", "too
 DEADLINE_S = int(os.environ.get("KOLO_PY_TEST_DEADLINE", "400"))
 
 
-def run(np, worker, *args, transport=None, grace=None, env=None):
-    """Runs worker (a file in workers/) on np ranks; returns the CompletedProcess."""
+def run(np, worker, *args, transport=None, grace=None, env=None, shell_prefix=None):
+    """Runs worker (a file in workers/) on np ranks; returns the CompletedProcess.
+
+    shell_prefix: shell text run before the worker in each rank (it sees
+    KOLO_RANK), e.g. to give each rank its own variables."""
     e = dict(os.environ)
     e.pop("KOLO_TRANSPORT", None)
     if transport:
@@ -28,6 +31,8 @@ def run(np, worker, *args, transport=None, grace=None, env=None):
     cmd = [KOLORUN, "-np", str(np), "--timeout", str(DEADLINE_S)]
     if grace:
         cmd += ["--grace-period", str(grace)]
+    if shell_prefix:
+        cmd += ["/bin/sh", "-c", shell_prefix + ' exec "$0" "$@"']
     cmd += [sys.executable, os.path.join(HERE, "workers", worker), *map(str, args)]
     return subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=DEADLINE_S + 60)

@@ -9,3 +9,9 @@ from launch import assert_ok, run
 def test_collectives_and_gradients(np, transport):
     proc = run(np, "api_worker.py", transport=transport)
     assert_ok(proc, np, "api")
+
+
+def test_ranks_on_two_emulated_hosts():
+    proc = run(4, "hosts_worker.py", 2,
+               shell_prefix='KOLO_HOSTNAME=host$((KOLO_RANK % 2)); export KOLO_HOSTNAME;')
+    assert_ok(proc, 4, "hosts")
