@@ -3,8 +3,8 @@
 How a step runs (the same on every rank, so kolo's call-order matching holds):
   * At construction the parameters are laid out in buckets, in reverse order
     of the optimizer's parameter list (roughly the order backward finishes
-    them), closed at a dtype change or at the size cap (1 MiB for the first
-    bucket so that communication starts early, 25 MiB after).
+    them), closed at a dtype change or once they hold the size cap (1 MiB
+    for the first bucket so that communication starts early, 25 MiB after).
   * A hook on each parameter's gradient accumulator counts backward passes;
     after backward_passes_per_step of them the gradient is ready. Buckets are
     issued strictly in bucket order as soon as all their gradients are ready:
@@ -67,13 +67,15 @@ def make_buckets(params, compression):
     cap = FIRST_BUCKET_BYTES
     for p in reversed(params):
         wire = _wire_dtype(compression, p)
-        nbytes = p.numel() * torch.empty(0, dtype=wire).element_size()
-        if current and (wire != dtype or size + nbytes > cap):
+        if current and wire != dtype:
+            buckets.append(_Bucket(current, dtype))
+            current, size = [], 0
+        current.append(p)
+        size += p.numel() * torch.empty(0, dtype=wire).element_size()
+        dtype = wire
+        if size >= cap:  # as DDP: a bucket closes once it holds at least the cap
             buckets.append(_Bucket(current, dtype))
             current, size, cap = [], 0, BUCKET_BYTES
-        current.append(p)
-        size += nbytes
-        dtype = wire
     if current:
         buckets.append(_Bucket(current, dtype))
     return buckets
