@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import check, done  # noqa: E402
 
 import kolo.torch as hvd  # noqa: E402
+from kolo.torch import optimizer as kolo_optimizer  # noqa: E402
 
 MODE = sys.argv[1]
 hvd.init()
@@ -93,6 +94,11 @@ def mode_optimizer():
     ref = train_reference(5, N * B)
     got = train_distributed(5)
     check(close(got, ref, 1e-10), f"N x b == 1 x N*b: max diff {(got - ref).abs().max()}")
+    caps = kolo_optimizer.FIRST_BUCKET_BYTES, kolo_optimizer.BUCKET_BYTES
+    kolo_optimizer.FIRST_BUCKET_BYTES, kolo_optimizer.BUCKET_BYTES = 16, 50  # 4 buckets
+    got = train_distributed(5)
+    kolo_optimizer.FIRST_BUCKET_BYTES, kolo_optimizer.BUCKET_BYTES = caps
+    check(close(got, ref, 1e-10), "with small buckets (several per step)")
     got = train_distributed(5, sync_first=True)
     check(close(got, ref, 1e-10), "synchronize() + skip_synchronize()")
     got = train_distributed(5, gradient_predivide_factor=4.0)
@@ -111,9 +117,11 @@ def mode_optimizer():
 
 def mode_join():
     batches = [3 + r for r in range(N)]
+    kolo_optimizer.FIRST_BUCKET_BYTES, kolo_optimizer.BUCKET_BYTES = 16, 50  # joined ranks mirror 4
     model = make_model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                                    named_parameters=model.named_parameters())
+    check(len(opt._buckets) == 4, f"{len(opt._buckets)} buckets")
     for s in range(batches[R]):
         opt.zero_grad()
         x, y = batch(s, B, first=R * B)
