@@ -37,6 +37,7 @@ def parse_args():
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--checkpoint", default="horovod_fashion_mnist.pt")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--limit", type=int, default=0, help="use only the first N training images (smoke tests)")
     return p.parse_args()
 
 
@@ -137,6 +138,8 @@ def main():
     torch.set_num_threads(args.threads)
 
     train_set, test_set = load(args.data_dir, "train"), load(args.data_dir, "t10k")
+    if args.limit:
+        train_set = torch.utils.data.Subset(train_set, range(min(args.limit, len(train_set))))
     train_sampler = torch.utils.data.distributed.DistributedSampler(
         train_set, num_replicas=hvd.size(), rank=hvd.rank())
     train_loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size,
