@@ -124,8 +124,21 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 postscale_factor))
 
 
+class _GroupWork:
+    """The Work of a grouped call: done when every member is."""
+
+    def __init__(self, hs):
+        self.hs = hs
+
+    def test(self):
+        return all(handles.poll(h) for h in self.hs)
+
+    def wait(self):
+        pass  # finish() synchronizes every member, in order
+
+
 def _grouped(hs):
-    return handles.add(None, hs, lambda: [synchronize(h) for h in hs])
+    return handles.add(_GroupWork(hs), hs, lambda: [synchronize(h) for h in hs])
 
 
 # ---- allgather ---------------------------------------------------------------------

@@ -91,7 +91,10 @@ def test_grouped():
     want = [[sum(ins[r][k][i] for r in range(N)) for i in range(k + 2)] for k in range(3)]
     outs = hvd.grouped_allreduce(ts, op=hvd.Sum)
     check(all(same(o, w, torch.float32) for o, w in zip(outs, want)), "grouped_allreduce")
-    outs = hvd.synchronize(hvd.grouped_allreduce_async(ts, op=hvd.Sum))
+    h = hvd.grouped_allreduce_async(ts, op=hvd.Sum)
+    while not hvd.poll(h):
+        pass
+    outs = hvd.synchronize(h)
     check(all(same(o, w, torch.float32) for o, w in zip(outs, want)), "grouped_allreduce_async")
     hvd.grouped_allreduce_(ts, op=hvd.Sum)
     check(all(same(o, w, torch.float32) for o, w in zip(ts, want)), "grouped_allreduce_")
