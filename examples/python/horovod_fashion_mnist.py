@@ -21,7 +21,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.data
 
-import kolo.torch as hvd  # was: import horovod.torch as hvd
+try:
+    import kolo.torch as hvd  # was: import horovod.torch as hvd
+except ImportError:  # not pip-installed: use the checkout's build (scripts/build.sh)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    os.environ.get("KOLO_BUILD_DIR", "build"), "python"))
+    import kolo.torch as hvd
 
 
 def parse_args():
