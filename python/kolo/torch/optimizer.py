@@ -32,7 +32,7 @@ from kolo import _C
 from kolo.basics import comm, error
 from kolo.torch import dtypes
 from kolo.torch.compression import Compression
-from kolo.torch.dtypes import Average, Sum
+from kolo.torch.dtypes import Average
 
 FIRST_BUCKET_BYTES = 1 << 20
 BUCKET_BYTES = 25 << 20
