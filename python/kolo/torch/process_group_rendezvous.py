@@ -1,0 +1,159 @@
+"""How ``init_process_group("kolo")`` finds the job: kolo's communicator and torch's store.
+
+Two ways in, both ending with one kolo communicator (kolo.basics, shared with
+``kolo.torch``'s Horovod API) whose rank and size equal torch's:
+
+1. torch's own rendezvous ran (``env://`` with MASTER_ADDR/MASTER_PORT,
+   ``tcp://``, ``file://`` or an explicit ``store=``): torch's store exists
+   and rank 0 hosts it. Under kolorun (KOLO_*), real torchrun
+   (TORCHELASTIC_RUN_ID: kolo's store takes MASTER_PORT+1) or with
+   KOLO_STORE_ADDR, kolo's discovery already knows where its own store is.
+   Otherwise torch's TCPStore holds MASTER_PORT, so rank 0 picks a free port
+   for kolo's store and announces it, with a random job secret, through
+   torch's store; every rank then runs kolo's init with torchrun-style
+   variables (RANK, WORLD_SIZE, KOLO_STORE_ADDR) set for that call only.
+2. ``env://`` without MASTER_ADDR and MASTER_PORT — under kolorun, mpirun,
+   srun, or one plain process — where torch's handler would stop with
+   "environment variable MASTER_ADDR expected". ``install_env_handler()``
+   wraps torch's env:// handler: kolo's init discovers rank and size, rank 0
+   starts a TCPStore on a free port and broadcasts its address with kolo, and
+   torch gets that store. This applies to any backend (a gloo group can be
+   started this way too, at the cost of a kolo communicator).
+"""
+import contextlib
+import importlib
+import os
+import secrets
+import socket
+
+import torch
+import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
+
+from kolo import _C, basics
+
+_STORE_KEY = "kolo/process_group/store"
+_ADDR_BYTES = 512
+
+
+def _free_port():
+    """A port nobody listens on now. kolo's store binds it moments later: a
+    process that takes it in between makes kolo's init fail loudly, not hang."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _environment(changes):
+    """Sets (value) or removes (None) variables for the duration of the block."""
+    saved = {k: os.environ.get(k) for k in changes}
+    try:
+        for k, v in changes.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _kolo_knows_its_store():
+    return any(os.environ.get(v) for v in ("KOLO_RANK", "KOLO_STORE_ADDR", "TORCHELASTIC_RUN_ID"))
+
+
+def _host_for_peers(published_host):
+    """Rank 0's address as seen from this rank: loopback on rank 0's own host."""
+    host, _, name = published_host.partition("/")
+    return "127.0.0.1" if name == socket.gethostname() else host
+
+
+def _init_through_torch_store(store, rank, size):
+    if rank == 0:
+        host = os.environ.get("MASTER_ADDR") or socket.gethostname()
+        # The job's key is sent in the clear through torch's store, which is
+        # no weaker than the key kolo would derive from public job facts.
+        secret = os.environ.get("KOLO_SECRET") or secrets.token_hex(16)
+        store.set(_STORE_KEY, f"{host}/{socket.gethostname()} {_free_port()} {secret}")
+    published_host, port, secret = store.get(_STORE_KEY).decode().split()
+    changes = {"RANK": str(rank), "WORLD_SIZE": str(size),
+               "KOLO_STORE_ADDR": f"{_host_for_peers(published_host)}:{port}",
+               "KOLO_SECRET": os.environ.get("KOLO_SECRET") or secret,
+               # kolo finds the ranks that share a host itself; a partial pair
+               # (LOCAL_RANK without LOCAL_WORLD_SIZE) would be an error there.
+               "LOCAL_RANK": None, "LOCAL_WORLD_SIZE": None}
+    with _environment(changes):
+        basics.init()
+
+
+def communicator_for(store, rank, size):
+    """kolo's communicator for a torch group of this rank and size (initialises kolo if needed)."""
+    if not basics.is_initialized():
+        if _kolo_knows_its_store():
+            basics.init()
+        else:
+            _init_through_torch_store(store, rank, size)
+    comm = basics.comm()
+    if comm.size() != size:
+        raise RuntimeError(
+            f"kolo rank {comm.rank()}: a process group of {size} ranks was requested, but kolo's "
+            f"communicator has {comm.size()}: the kolo backend supports groups of all ranks only "
+            "(no subgroups)")
+    if comm.rank() != rank:
+        raise RuntimeError(
+            f"kolo rank {comm.rank()}: torch gives this process rank {rank}, kolo rank "
+            f"{comm.rank()}: the launcher's variables disagree with torch's rank (or the group "
+            "reorders ranks, which the kolo backend does not support)")
+    return comm
+
+
+def _query(url):
+    from urllib.parse import parse_qs, urlparse
+    return {k: int(v[-1]) for k, v in parse_qs(urlparse(url).query).items() if k in ("rank", "world_size")}
+
+
+def _kolo_env_rendezvous(url, timeout):
+    basics.init()
+    comm = basics.comm()
+    rank, size = comm.rank(), comm.size()
+    asked = _query(url)
+    for key, mine in (("rank", rank), ("world_size", size)):
+        if key in asked and asked[key] not in (-1, mine):
+            raise ValueError(f"kolo rank {rank}: init_process_group({key}={asked[key]}) disagrees "
+                             f"with the launcher, which gives {key} {mine}")
+    addr = torch.zeros(_ADDR_BYTES, dtype=torch.uint8)
+    if rank == 0:
+        server = dist.TCPStore("0.0.0.0", 0, size, True, timeout, wait_for_workers=False)
+        host = "127.0.0.1" if comm.local_size() == size else socket.gethostname()
+        text = f"{host} {server.port}".encode()
+        addr[:len(text)] = torch.tensor(list(text), dtype=torch.uint8)
+    comm.broadcast(addr.data_ptr(), _ADDR_BYTES, _C.U8, 0)
+    if rank == 0:
+        store = server
+    else:
+        host, port = bytes(addr.tolist()).rstrip(b"\0").decode().split()
+        store = dist.TCPStore(host, int(port), size, False, timeout)
+    yield store, rank, size
+    raise RuntimeError("kolo: env:// cannot rendezvous again (re-rendezvous is not supported)")
+
+
+def install_env_handler():
+    """Wraps torch's env:// handler so that it works without MASTER_ADDR/MASTER_PORT."""
+    # importlib: the attribute torch.distributed.rendezvous is the function.
+    handlers = getattr(importlib.import_module("torch.distributed.rendezvous"), "_rendezvous_handlers", None)
+    if handlers is None or getattr(handlers.get("env"), "_kolo", False):
+        return
+    torch_env = handlers["env"]
+
+    def env_handler(url, timeout=default_pg_timeout, **kwargs):
+        if os.environ.get("MASTER_ADDR") or os.environ.get("MASTER_PORT"):
+            return torch_env(url, timeout=timeout, **kwargs)
+        return _kolo_env_rendezvous(url, timeout)
+
+    env_handler._kolo = True
+    handlers["env"] = env_handler

@@ -1,0 +1,145 @@
+"""The Work objects of the "kolo" process group and the thread that completes them.
+
+Why a Python ``Work`` subclass and not ``_create_work_from_future(fut)``: the
+Work that ``_create_work_from_future`` makes waits on its future but never
+raises the future's error (torch 1.13 and 2.x), so ``dist.all_reduce(t)`` would
+return normally after a dead peer. ``KoloWork.wait()`` raises kolo's error;
+``get_future()`` hands DDP's Reducer (which reads results only through the
+future) a future that carries the same error, so backward raises too.
+
+Why the works are pinned: a Python subclass of ``Work`` returned to C++ (DDP's
+parameter check and buffer broadcast call ``work->wait()`` from C++) keeps its
+Python half only while Python holds a reference; without it the C++ side falls
+back to the base ``Work::wait()``, which never returns. C++ callers in torch
+wait right after issuing (at most two in flight), so every pending work plus
+the last ``_PINNED_DONE`` completed ones are kept referenced here.
+
+Why one thread: kolo runs collectives in issue order, so waiting for them in
+that order on one thread completes each future as soon as it can be
+completed, and the issuing thread (DDP's backward) never blocks.
+"""
+import collections
+import queue
+import threading
+
+import torch
+import torch.distributed as dist
+
+_PINNED_DONE = 64
+
+
+def _unwrap(fut):
+    """then()-callback: turns (value, error) into a value or a raised error.
+
+    torch's Python Future can only record an error as a C++ error through a
+    callback that raises; set_exception() stores it as a plain value that C++
+    readers (DDP) would take for a result."""
+    value, error = fut.value()
+    if error is not None:
+        raise error
+    return value
+
+
+class KoloWork(dist.Work):
+    """One issued collective: wait() blocks until it is done and raises its error."""
+
+    def __init__(self, what):
+        super().__init__()
+        self._what = what
+        self._done = threading.Event()
+        self._error = None
+        self._value = None
+        self._source = torch.futures.Future()
+        self._future = self._source.then(_unwrap)
+
+    def _complete(self, value, error):
+        self._value, self._error = value, error
+        self._source.set_result((value, error))
+        self._done.set()
+
+    def wait(self, timeout=None):
+        seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
+        # torch passes timedelta(0) (kNoTimeout) for "no limit"; kolo's own
+        # deadlines (KOLO_TIMEOUT_MS) bound every collective anyway.
+        if not self._done.wait(seconds if seconds else None):
+            raise RuntimeError(f"kolo: {self._what} did not complete within {seconds} s")
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def is_success(self):
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        self.wait()
+        return self._value
+
+    def synchronize(self):
+        pass  # CPU only: nothing to order against a stream
+
+    def source_rank(self):
+        raise RuntimeError("kolo: source_rank() belongs to recv from any source, which kolo does not offer")
+
+    def get_future(self):
+        return self._future
+
+
+class Completer:
+    """Waits for kolo's Works in issue order and completes the KoloWorks."""
+
+    def __init__(self):
+        self._queue = queue.SimpleQueue()
+        self._pending = set()
+        self._done = collections.deque(maxlen=_PINNED_DONE)
+        self._thread = None
+        self._lock = threading.Lock()
+
+    def submit(self, what, kolo_work, value, finish=None, keep=()):
+        """Returns a KoloWork for an issued kolo Work (None: nothing was issued).
+
+        value becomes the work's result; finish() runs on the completion thread
+        after the kolo Work succeeded (copies out of staging buffers); keep
+        holds every buffer kolo reads or writes until then (kolo has only
+        their addresses)."""
+        work = KoloWork(what)
+        self._pending.add(work)
+        self._start()
+        self._queue.put((work, kolo_work, value, finish, keep))
+        return work
+
+    def _start(self):
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="kolo-pg-completion", daemon=True)
+                    self._thread.start()
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            work, kolo_work, value, finish, keep = item
+            try:
+                if kolo_work is not None:
+                    kolo_work.wait()
+                if finish is not None:
+                    finish()
+            except BaseException as e:  # kolo's error, reported through the work
+                work._complete(None, e)
+            else:
+                work._complete(value, None)
+            self._done.append(work)
+            self._pending.discard(work)
+            del work, kolo_work, value, finish, keep, item
+
+    def stop(self):
+        """Lets the thread end after the works already queued."""
+        if self._thread is not None:
+            self._queue.put(None)
