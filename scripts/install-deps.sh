@@ -14,6 +14,8 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread                   # kolo_torch (LibTorch 1.13, CPU), fast BLAS
   dataset-fashion-mnist                               # the main job's data
   openmpi-bin libopenmpi-dev python3-torch            # anchors and the mpirun test
+  iproute2 util-linux iputils-ping openssh-server openssh-client iperf3  # emulated hosts
+  munge slurmctld slurmd slurm-client                 # Slurm tests (two emulated nodes)
 )
 
 missing=()
