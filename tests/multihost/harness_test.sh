@@ -24,6 +24,7 @@ eq() { [ "$1" = "$2" ] || { echo "expected '$2', got '$1'"; return 1; }; }
   check "/dev/shm on h0" eq "$(kh_exec h0 ls /dev/shm)" "kh-probe"
   check "names resolve on h2" eq "$(kh_exec h2 getent hosts h0 | awk '{print $1}')" "$(kh_addr h0)"
   check "own hostname resolves to eth0" eq "$(kh_exec h1 getent hosts h1 | awk '{print $1}')" "$(kh_addr h1)"
+  check "/sys/class/net shows the host's own links" eq "$(kh_exec h1 ls /sys/class/net | tr '\n' ' ')" "eth0 lo "
   check "same cwd inside" eq "$(kh_exec h1 pwd)" "$PWD"
   check "ssh h0 -> h2" eq "$(kh_exec h0 ssh -F "$KH_SSH_CONFIG" h2 'hostname; ls /dev/shm | wc -l')" "h2
 0"

@@ -226,12 +226,18 @@ kh_start_host() {
   ip -n "$ns" addr add "$addr/24" dev eth0 || return 1
   ip -n "$ns" link set lo up && ip -n "$ns" link set eth0 up || return 1
   # setsid + no inherited stdio: nothing of ours keeps a caller's pipe (ctest's) open.
-  setsid ip netns exec "$ns" unshare --uts --ipc --mount --propagation private -- bash -c '
+  # A fresh sysfs shows this host's interfaces under /sys/class/net; the machine's cgroup mounts
+  # are carried over onto it (slurmd needs them even with proctrack/linuxproc).
+  setsid nsenter --net="/run/netns/$ns" unshare --uts --ipc --mount --propagation private -- bash -c '
     set -e
     hostname "$1"
     mount -t tmpfs -o mode=1777,size=50% tmpfs /dev/shm
     mount -t tmpfs -o mode=755 tmpfs /run
-    mkdir -m 755 /run/sshd
+    mkdir -m 755 /run/sshd /run/kh-cgroup
+    mount --rbind /sys/fs/cgroup /run/kh-cgroup
+    mount -t sysfs sysfs /sys
+    mount --rbind /run/kh-cgroup /sys/fs/cgroup
+    umount -l /run/kh-cgroup && rmdir /run/kh-cgroup
     mount --bind "$2/hosts" /etc/hosts
     echo $$ > "$2/$1/holder.pid.tmp" && mv "$2/$1/holder.pid.tmp" "$2/$1/holder.pid"
     exec -a "kh-holder-$3-$1" sleep infinity' kh-holder "$h" "$KH_DIR" "$KH_ID" </dev/null >"$KH_DIR/$h/holder.log" 2>&1 &
@@ -273,7 +279,7 @@ kh_up() {
   KH_ID=$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
   KH_DIR=$KH_ROOT/$KH_PREFIX-$KH_ID
   KH_ON_DOWN=()
-  mkdir -m 700 "$KH_DIR" || return 1
+  mkdir -m 755 "$KH_DIR" || return 1           # 755: munged (user munge) lives below
   if [ -z "$owner" ]; then
     kh_proc_id $$ > "$KH_DIR/owner"
     kh_trap
