@@ -115,7 +115,8 @@ sbatch)
   expect "the checkpoint resumes at epoch 1 ($resume)" grep -q "nothing to do: the checkpoint is at epoch 1 of 1" <<<"$resume"
   settle
   expect "nothing left on either host" no_leftovers
-  [ "$fails" = 0 ] || { cat "$WORK/sbatch.out" "$log"; ks_logs; }
+  echo "--- $log"; cat "$log"
+  [ "$fails" = 0 ] || { cat "$WORK/sbatch.out"; ks_logs; }
   ;;
 sbatch-fail)
   cd "$WORK" || exit 1
@@ -140,7 +141,8 @@ EOF
   expect "no checkpoint from a failed job" [ ! -e "$WORK/fashion_mnist.ckpt" ]
   settle
   expect "nothing left on either host" no_leftovers
-  [ "$fails" = 0 ] || { cat "$WORK/sbatch.out" "$log"; ks_logs; }
+  echo "--- $log"; cat "$log"
+  [ "$fails" = 0 ] || { cat "$WORK/sbatch.out"; ks_logs; }
   ;;
 *) echo "unknown case '$case'"; exit 2 ;;
 esac
