@@ -9,8 +9,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <memory>
+#include <random>
 
+#include "core/config.h"
 #include "core/error.h"
 
 namespace kolo::rdv {
@@ -50,7 +53,37 @@ AddrList resolve(const std::string& host, int port, bool passive, std::string* w
   return AddrList(res, freeaddrinfo);
 }
 
+void set_port(sockaddr* a, int port) {
+  if (a->sa_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(a)->sin6_port = htons(static_cast<std::uint16_t>(port));
+  else
+    reinterpret_cast<sockaddr_in*>(a)->sin_port = htons(static_cast<std::uint16_t>(port));
+}
+
+int port_of(const sockaddr* a) {
+  return a->sa_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6*>(a)->sin6_port)
+                                  : ntohs(reinterpret_cast<const sockaddr_in*>(a)->sin_port);
+}
+
 }  // namespace
+
+void bind_port(int fd, sockaddr* addr, socklen_t len, const std::string& what) {
+  static const config::PortRange range = config::port_range();
+  if (port_of(addr) != 0 || range.lo == 0) {
+    if (::bind(fd, addr, len) != 0) fail("{}: {}", what, errno_text(errno));
+    return;
+  }
+  const int n = range.hi - range.lo + 1;
+  std::random_device rd;
+  const int start = static_cast<int>(rd() % static_cast<unsigned>(n));
+  for (int i = 0; i < n; ++i) {
+    set_port(addr, range.lo + (start + i) % n);
+    if (::bind(fd, addr, len) == 0) return;
+    if (errno != EADDRINUSE && errno != EACCES) fail("{}: {}", what, errno_text(errno));
+  }
+  set_port(addr, 0);
+  fail("{}: every port of KOLO_PORT_RANGE={}-{} is in use on this host", what, range.lo, range.hi);
+}
 
 Fd listen_tcp(const std::string& host, int port, int* bound_port) {
   std::string why;
@@ -63,8 +96,7 @@ Fd listen_tcp(const std::string& host, int port, int* bound_port) {
   // previous run's connections to leave TIME_WAIT.
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0)
-    fail("rendezvous: cannot listen on {}:{}: {}", host, port, errno_text(errno));
+  bind_port(fd.get(), a->ai_addr, a->ai_addrlen, fmt::format("rendezvous: cannot listen on {}:{}", host, port));
   if (::listen(fd.get(), SOMAXCONN) != 0)
     fail("rendezvous: listen() on {}:{}: {}", host, port, errno_text(errno));
   sockaddr_storage ss{};

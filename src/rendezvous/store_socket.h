@@ -23,10 +23,17 @@ class Fd {
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
   void reset();
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_ = -1;
 };
+
+// bind() to addr; port 0 takes a free port of KOLO_PORT_RANGE when that is
+// set (any port otherwise), trying them from a random start so that
+// concurrent ranks rarely collide. Throws kolo::Error naming the range when
+// every port of it is taken.
+void bind_port(int fd, sockaddr* addr, socklen_t len, const std::string& what);
 
 // A non-blocking listening socket on host:port (port 0: the kernel picks);
 // *bound_port receives the port. Throws kolo::Error.

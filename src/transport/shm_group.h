@@ -23,6 +23,7 @@
 
 #include "core/fingerprint.h"
 #include "rendezvous/store.h"
+#include "transport/members.h"
 
 namespace kolo::transport {
 
@@ -30,8 +31,10 @@ class ShmGroup {
  public:
   static constexpr int kSlots = 3;
 
+  // `rank` and `size` are within the group; `members` maps them to the
+  // job's ranks for messages (a sub-group has its own store prefix).
   ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id, int rank,
-           int size);
+           int size, Members members = {});
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
@@ -96,6 +99,7 @@ class ShmGroup {
 
   int rank_;
   int size_;
+  Members members_;
   std::size_t chunk_;
   std::size_t bytes_ = 0;
   void* base_ = nullptr;

@@ -17,6 +17,7 @@
 #include "core/fingerprint.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/store.h"
+#include "transport/members.h"
 #include "transport/socket.h"
 
 namespace kolo::transport {
@@ -38,11 +39,15 @@ struct RecvOp {
 
 class TcpMesh {
  public:
-  // Listens, publishes this rank's address under `prefix` in the store,
-  // connects to every other rank and authenticates each connection with the
-  // job's key (the store client's), both ways. Connections that fail to are
-  // rejected and logged while the mesh waits for the real ranks.
-  TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size);
+  // Listens (on a port of KOLO_PORT_RANGE), publishes `address` (this
+  // rank's advertised IP, transport/nic.h) and the port under `prefix` in the
+  // store, connects to every other member and authenticates each connection
+  // with the job's key (the store client's), both ways. Connections that fail
+  // to are rejected and logged while the mesh waits for the real ranks.
+  // `rank` and `size` are within the mesh; `members` maps them to the job's
+  // ranks and hosts for messages (a sub-group's mesh has its own prefix).
+  TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size,
+          const std::string& address, Members members = {});
 
   // Starts a collective: the first bytes this rank sends to each peer in it
   // are preceded by fp, and the first bytes from each peer must be preceded
@@ -86,6 +91,7 @@ class TcpMesh {
   static constexpr std::size_t kHeader = sizeof(Fingerprint);
   int rank_;
   int size_;
+  Members members_;
   Fingerprint current_, previous_;
   std::vector<std::size_t> hdr_sent_, hdr_recvd_;  // header bytes moved, per peer
   std::vector<Fingerprint> hdr_in_;
