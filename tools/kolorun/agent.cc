@@ -173,7 +173,8 @@ int agent_main() {
   FrameReader in;
   std::optional<JobSpec> job = read_job(in);
   if (!job) return 1;
-  const std::string who = fmt::format("kolorun (agent on {})", job->host);
+  // The launcher prefixes the agent's stderr with "kolorun: <host>: ".
+  const std::string who = "agent";
   ::fcntl(0, F_SETFL, ::fcntl(0, F_GETFL) | O_NONBLOCK);
 
   // The ranks inherit the agent's environment (the remote login's, or the

@@ -69,10 +69,11 @@ class FileSink : public OutputSink {
   int fd_;
 };
 
-// An agent's stderr (its own messages, ssh's): relayed as it is, its last
-// line kept to explain a lost connection.
+// An agent's stderr (its own messages, ssh's): relayed with the host's name
+// ("kolorun: hostB: ..."), its last line kept to explain a lost connection.
 class TailSink : public OutputSink {
  public:
+  explicit TailSink(const std::string& host) : relay_("kolorun: " + host + ": ", 2) {}
   void feed(std::string_view data) override {
     relay_.feed(data);
     for (char c : data) {
@@ -92,11 +93,12 @@ class TailSink : public OutputSink {
   const std::string& last_line() const { return last_; }
 
  private:
-  LineRelay relay_{"", 2};
+  LineRelay relay_;
   std::string current_, last_;
 };
 
 struct Agent {
+  explicit Agent(const HostRanks& h) : host(h), err(h.name) {}
   HostRanks host;
   RankProcess proc;
   std::vector<std::string> argv;
@@ -168,8 +170,7 @@ bool HostJob::finished() const {
 }
 
 void HostJob::start(const AgentLaunch& l) {
-  auto a = std::make_unique<Agent>();
-  a->host = l.host;
+  auto a = std::make_unique<Agent>(l.host);
   a->argv = l.argv;
   RankSpec spec;
   spec.rank = -1;
@@ -214,7 +215,8 @@ void HostJob::fail(int code, const std::string& text) {
   const std::size_t others = ranks_running();
   say(others > 0 ? fmt::format("{} (first failure); stopping the other {}", text, plural(others, "rank"))
                  : fmt::format("{} (first failure)", text));
-  stop_all(SIGTERM);
+  // Once: a second stop frame would make the agents skip the grace period.
+  if (!stopping_) stop_all(SIGTERM);
 }
 
 void HostJob::stop_all(int sig) {

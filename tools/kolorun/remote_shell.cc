@@ -153,8 +153,12 @@ std::vector<std::string> check_hosts(const RemoteShell& rsh, const std::vector<s
     for (int* fd : {&p.proc.stdout_pipe, &p.proc.stderr_pipe}) {
       if (*fd >= 0) ::close(*fd);
     }
+    // A probe closes its output just before it exits: wait for the exit too.
     int status = 0;
-    pid_t r = ::waitpid(p.proc.pid, &status, WNOHANG);
+    pid_t r;
+    while ((r = ::waitpid(p.proc.pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+      ::usleep(10 * 1000);
+    }
     if (r == 0) {
       // Still running after the deadline: neither success nor an answer.
       ::kill(-p.proc.pid, SIGKILL);
