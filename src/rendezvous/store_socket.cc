@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
@@ -161,6 +162,17 @@ std::string address_text(const sockaddr* a, bool with_port) {
     return with_port ? fmt::format("[{}]:{}", ip, port) : std::string(ip);
   }
   return "?";
+}
+
+void set_peer_timeout(int fd) {
+  const int peer_ms = static_cast<int>(config::peer_timeout_ms());
+  if (peer_ms <= 0) return;
+  int one = 1, idle = std::max(1, peer_ms / 2000), interval = 1, probes = std::max(1, peer_ms / 2000);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &peer_ms, sizeof peer_ms);
 }
 
 void set_nodelay(int fd) {

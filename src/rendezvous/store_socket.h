@@ -47,6 +47,11 @@ Fd try_connect(const std::string& host, int port, std::chrono::milliseconds time
 // "10.1.2.3" or, with the port, "10.1.2.3:29500" ("[::1]:29500" for IPv6).
 std::string address_text(const sockaddr* a, bool with_port);
 
+// A vanished host sends no FIN: probe idle connections and bound how long
+// sent data may stay unacknowledged (KOLO_PEER_TIMEOUT_MS), so that such a
+// peer, or a store cut off by a link that went down, errors out in bounded time.
+void set_peer_timeout(int fd);
+
 // Latency matters more than throughput for the store's small messages.
 void set_nodelay(int fd);
 

@@ -92,17 +92,7 @@ Fd connect_until(const std::string& host, int port, Clock::time_point deadline,
 void tune_data_socket(int fd, int buffer_bytes) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  // A vanished host sends no FIN: probe idle connections and bound how long
-  // sent data may stay unacknowledged, so such a peer errors out in bounded time.
-  const int peer_ms = static_cast<int>(config::peer_timeout_ms());
-  if (peer_ms > 0) {
-    int idle = std::max(1, peer_ms / 2000), interval = 1, probes = std::max(1, peer_ms / 2000);
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &peer_ms, sizeof peer_ms);
-  }
+  rdv::set_peer_timeout(fd);
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
 }
