@@ -101,8 +101,8 @@ kolo_env() {  # kolo_env HIER SIZES ITERS: 4 ranks, torchrun-style variables, on
   return $rc
 }
 kolo_kolorun() {
-  kh_exec h0 env KOLO_HIERARCHICAL="$1" $T "$KOLORUN" -H "h0:$PER_HOST,h1:$PER_HOST" --rsh "ssh -F $KH_SSH_CONFIG" \
-    -x KOLO_HIERARCHICAL --no-tag-output \
+  kh_exec h0 $T "$KOLORUN" -H "h0:$PER_HOST,h1:$PER_HOST" --rsh "ssh -F $KH_SSH_CONFIG" \
+    -x KOLO_HIERARCHICAL="$1" --no-tag-output \
     "$KOLO_BENCH" -c allreduce -d f32 -o sum --inplace --sizes "$2" -n "$3" -w 3 --time-budget 0 --anchor-format
 }
 run_kolo_hier() { "kolo_$LAUNCH" 1 "$@"; }
@@ -138,6 +138,8 @@ run() {
   if [ $rc -ne 0 ]; then
     echo "allreduce_hosts.sh: $sys failed (exit $rc) on sizes $sizes" >&2
     echo "$out" | tail -20 >&2
+    for h in h0 h1; do echo "--- $h: sshd log; processes"; tail -n 5 "$KH_DIR/$h/sshd.log"
+      for p in $(kh_pids $h); do echo "$p $(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)"; done; done >&2
     exit 1
   fi
   tag=${sys%%_*}                                 # kolo_hier/kolo_flat print "kolo n=..."
@@ -151,16 +153,16 @@ run() {
 # The link's own rate each way (iperf3, TCP, one stream), in bit/s.
 measure_link() {  # LINK ROUND
   local dir bps srv
-  kh_exec h1 iperf3 -s -B "$A1" >/dev/null 2>&1 &
-  srv=$!                                         # nsenter execs iperf3: this is the server
+  kh_exec h1 iperf3 -s -B "$A1" -D -I "$WORK/iperf3.pid" >/dev/null 2>&1 || { echo "allreduce_hosts.sh: iperf3 -s failed" >&2; exit 1; }
   for _ in $(seq 1 50); do [ -n "$(kh_exec h1 ss -Hltn "sport = :5201")" ] && break; sleep 0.1; done
+  srv=$(cat "$WORK/iperf3.pid")
   for dir in fwd rev; do
     bps=$(kh_exec h0 timeout 60 iperf3 -c "$A1" -t "$IPERF_S" $([ $dir = rev ] && echo -R) -J |
           /usr/bin/python3 -c 'import json,sys; print(int(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]))')
-    [ -n "$bps" ] || { echo "allreduce_hosts.sh: iperf3 h0 -> h1 ($dir) failed" >&2; kill "$srv"; exit 1; }
+    [ -n "$bps" ] || { echo "allreduce_hosts.sh: iperf3 h0 -> h1 ($dir) failed" >&2; exit 1; }
     echo "$1 $2 link dir=$dir bps=$bps" >>"$RAW"
   done
-  kill "$srv"; wait "$srv" 2>/dev/null
+  kill "$srv"
 }
 
 small="" mid="" big=""

@@ -152,7 +152,10 @@ kh_down_stale() {
   for d in "$KH_ROOT/$KH_PREFIX"-*; do          # state dirs whose namespaces are already gone
     [ -d "$d" ] || continue
     id=${d##*/$KH_PREFIX-}
-    [[ $id =~ ^[0-9a-f]+$ ]] && ! kh_owner_alive "$id" && rm -rf "$d"
+    [[ $id =~ ^[0-9a-f]+$ ]] || continue
+    # A run that is starting has its directory a moment before its owner file: spare those.
+    [ -f "$d/owner" ] || [ -n "$(find "$d" -maxdepth 0 -mmin +1)" ] || continue
+    kh_owner_alive "$id" || rm -rf "$d"
   done
   return 0
 }
