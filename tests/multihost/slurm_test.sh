@@ -74,6 +74,8 @@ srun)
   rc=$?
   expect "srun kolo-bench exits 0 (rc $rc)" [ "$rc" = 0 ]
   expect "kolo-bench across both nodes: every result right" check_bench "$WORK/bench.out"
+  # Two ranks per node: kolo must see two hosts (shared memory within each, TCP between).
+  expect "kolo runs hierarchically on 2 nodes x 2" grep -q "^# kolo-bench allreduce: 4 ranks, transport hier" "$WORK/bench.out"
   # f16 goes through a different reduction path (f32 accumulation).
   ks_exec timeout 120 srun -N 2 -n 4 --overcommit -K "$BENCH" -c allreduce -d f16 --sizes "6 1000002" \
     -n 2 -w 1 --time-budget 0 >"$WORK/f16.out" 2>&1
@@ -106,7 +108,7 @@ sbatch)
   log=$WORK/fashion_mnist-$job.log
   expect "sbatch --wait exits 0 (rc $rc)" [ "$rc" = 0 ]
   expect "the job log exists ($log)" [ -s "$log" ]
-  expect "the log shows 4 ranks on h[0-1]" eval "grep -q 'on h\[0-1\]: 4 ranks, 2 per node' '$log' && grep -q '^0: fashion_mnist: cnn, 4 ranks' '$log'"
+  expect "the log shows 4 ranks on h[0-1], hierarchical" eval "grep -q 'on h\[0-1\]: 4 ranks, 2 per node' '$log' && grep -q '^0: fashion_mnist: cnn, 4 ranks (hier)' '$log'"
   acc=$(sed -n 's/^0: done: test accuracy \([0-9.]*\)%.*/\1/p' "$log")
   expect "the job trained: test accuracy ${acc:-none}% > 50%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 50) }'
   expect "the checkpoint exists" [ -s "$WORK/fashion_mnist.ckpt" ]
