@@ -29,18 +29,19 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-QUICK=0 WRITE=1 args=()
-for a in "$@"; do
-  case "$a" in
+QUICK=0 WRITE=1
+while [[ ${1:-} == -* ]]; do
+  case $1 in
     --quick) QUICK=1 ;;
     --no-write) WRITE=0 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "allreduce_hosts.sh: unknown option $a (see --help)" >&2; exit 2 ;;
-    *) args+=("$a") ;;
+    *) echo "allreduce_hosts.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
+  shift
 done
-BUILD=${args[0]:-${KOLO_BUILD:-$ROOT/build}}
-BUILD=$(cd "$BUILD" 2>/dev/null && pwd) || { echo "allreduce_hosts.sh: no build dir '${args[0]:-${KOLO_BUILD:-$ROOT/build}}'" >&2; exit 2; }
+BUILD=${1:-${KOLO_BUILD:-$ROOT/build}}
+[ -d "$BUILD" ] || { echo "allreduce_hosts.sh: no build dir '$BUILD'" >&2; exit 2; }
+BUILD=$(cd "$BUILD" && pwd)
 ANCHORS=$(realpath -m "${ANCHORS:-$ROOT/../shared/anchors}")
 ROUNDS=${ROUNDS:-3}
 RATE=${RATE:-2gbit}
@@ -191,24 +192,14 @@ for link in $LINKS; do
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
-HOST_LABEL=${HOST_LABEL:-$(hostname -s 2>/dev/null || true)}
-HOST_LABEL=${HOST_LABEL:-dev}
-export CPU_MODEL=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
-export CPU_INFO="$(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
-export KERNEL="$(uname -sr)"
-export MPI_VERSION="$(mpirun --version 2>/dev/null | head -1)"
-export TORCH_VERSION="$(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
+# The report: hosts_table.py describes the machine and versions itself.
+HOST_LABEL=${HOST_LABEL:-$(hostname -s 2>/dev/null || echo dev)}
 dirty=$(git -C "$ROOT" status --porcelain -- src include CMakeLists.txt tools 2>/dev/null | head -1)
 export KOLO_REV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')${dirty:+ + uncommitted changes in the library or tools}"
 export SETTINGS="ROUNDS=$ROUNDS RATE=$RATE LINKS='$LINKS' LAUNCH=$LAUNCH SIZES='$SIZES'; Open MPI options: ${MPI_OVERSUB[*]:-none}"
 export ITERS_NOTE="${ITERS_OF[small]} timed iterations below 1 MiB, ${ITERS_OF[mid]} for 1-16 MiB, ${ITERS_OF[big]} above; 3 warm-up calls"
 export LOAD_START=$load_start LOAD_END=$load_end HOST_LABEL RATE LAUNCH
-export DATE_UTC="$(date -u '+%Y-%m-%d %H:%M UTC')"
-if [ "$WRITE" = 1 ]; then
-  OUT=${OUT:-$ROOT/bench/results/allreduce-2hosts-$HOST_LABEL-$(date +%Y-%m-%d).md}
-  mkdir -p "$(dirname "$OUT")"
-else
-  OUT=""
-fi
+OUT=${OUT:-$ROOT/bench/results/allreduce-2hosts-$HOST_LABEL-$(date +%Y-%m-%d).md}
+[ "$WRITE" = 1 ] || OUT=""
 /usr/bin/python3 "$ROOT/bench/multihost/hosts_table.py" "$RAW" "$OUT" || exit 1
 [ -z "$OUT" ] || echo "allreduce_hosts.sh: wrote $OUT" >&2

@@ -14,9 +14,12 @@ allreduce, so for H = 2 the time is at least n / (link rate); "% of link" is
 (n / time) / (link rate in bytes/s). busbw follows nccl-tests (algbw * 2(P-1)/P, P ranks).
 """
 import os
+import platform
 import re
 import statistics
+import subprocess
 import sys
+import time
 
 SYSTEMS = ("kolo_hier", "kolo_flat", "mpi", "gloo")
 NAMES = {"kolo_hier": "kolo hier", "kolo_flat": "kolo flat", "mpi": "Open MPI", "gloo": "Gloo"}
@@ -141,18 +144,40 @@ def main():
     if len(sys.argv) == 3 and sys.argv[2]:
         e = os.environ.get
         with open(sys.argv[2], "w") as f:
-            f.write(f"# Allreduce across 2 emulated hosts × 2 ranks ({e('HOST_LABEL', '?')}, {e('DATE_UTC', '?')})\n\n")
+            f.write(f"# Allreduce across 2 emulated hosts × 2 ranks ({e('HOST_LABEL', '?')}, "
+                    f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n\n")
             f.write("f32 sum in place, 4 ranks (2 per host, network namespaces on one machine joined by a bridge; "
                     "see tests/multihost/hosts.sh). Medians over rounds; ratios are of same-run medians "
                     "(busbw ratio = inverse time ratio).\n\n")
-            f.write(f"- machine: {e('CPU_MODEL', '?')}, {e('CPU_INFO', '?')}, {e('KERNEL', '?')}\n")
+            f.write(f"- machine: {machine()}\n")
             f.write(f"- kolo {e('KOLO_REV', '?')} (kolo ranks started by {e('LAUNCH', '?')}); "
-                    f"{e('MPI_VERSION', '?')}; PyTorch {e('TORCH_VERSION', '?')} Gloo\n")
+                    f"{command_line(['mpirun', '--version'])}; PyTorch "
+                    f"{command_line(['/usr/bin/python3', '-c', 'import torch; print(torch.__version__)'])} Gloo\n")
             f.write(f"- settings: {e('SETTINGS', '?')}; {e('ITERS_NOTE', '')}\n")
             f.write(f"- load average {e('LOAD_START', '?')} at start, {e('LOAD_END', '?')} at end\n")
             f.write("- command: `bench/multihost/allreduce_hosts.sh`\n\n")
             f.write(text + "\n")
 
+
+def command_line(cmd):
+    """First output line of cmd, or '?'."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+        return out.splitlines()[0] if out else "?"
+    except OSError:
+        return "?"
+
+
+def machine():
+    model = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_kib = int(f.readline().split()[1])
+    return f"{model}, {os.cpu_count()} CPUs, {mem_kib / 2**20:.1f} GiB, {platform.system()} {platform.release()}"
 
 if __name__ == "__main__":
     main()
