@@ -21,6 +21,7 @@
 #   kh_on_down CMD        run CMD (eval'd) at teardown, before the hosts go (last added first)
 #   kh_down               tear down this run (idempotent; the trap calls it)
 #   kh_down_stale         remove namespaces of earlier runs whose owner died (kh_up calls it)
+# Works under `set -euo pipefail`.
 # Inside a host: `ssh -F $KH_SSH_CONFIG h1 cmd` (BatchMode, known host keys, root's key);
 # hostnames h0, h1, ... resolve through the host's private /etc/hosts.
 #
@@ -63,7 +64,7 @@ kh_kill() {
   local h=$1 sig=${2:-KILL} keep p
   keep=" $(cat "$KH_DIR/$h/holder.pid" "$KH_DIR/$h/sshd.pid" 2>/dev/null | tr '\n' ' ') "
   for p in $(kh_pids "$h"); do
-    [[ $keep == *" $p "* ]] || kill -s "$sig" "$p" 2>/dev/null
+    [[ $keep == *" $p "* ]] || kill -s "$sig" "$p" 2>/dev/null || true
   done
   return 0
 }
@@ -78,9 +79,8 @@ kh_shape() {
 kh_unshape() {
   local h=$1 i
   i=$(kh_index "$h") || return 1
-  tc -n "$(kh_ns "$h")" qdisc del dev eth0 root 2>/dev/null
-  tc -n "$(kh_ns sw)" qdisc del dev "p$i" root 2>/dev/null
-  return 0
+  tc -n "$(kh_ns "$h")" qdisc del dev eth0 root 2>/dev/null || true
+  tc -n "$(kh_ns sw)" qdisc del dev "p$i" root 2>/dev/null || true
 }
 
 kh_link() {
@@ -117,7 +117,7 @@ kh_teardown_id() {
     [[ $ns == "$KH_PREFIX-$id-"* ]] && nss+=("$ns")
   done < <(ip netns list 2>/dev/null)
   for ns in "${nss[@]}"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; pids+=("$p"); done
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; pids+=("$p"); done
   done
   for n in $(seq 1 100); do                      # killed processes leave within ms; wait ≤ 5 s
     left=0
@@ -125,7 +125,7 @@ kh_teardown_id() {
     [ $left = 0 ] && break
     sleep 0.05
   done
-  for ns in "${nss[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  for ns in "${nss[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
   rm -rf "${KH_ROOT:?}/$KH_PREFIX-$id"
 }
 
@@ -134,7 +134,7 @@ kh_down() {
   local c
   for c in "${KH_ON_DOWN[@]}"; do eval "$c" >/dev/null 2>&1 || true; done
   KH_ON_DOWN=()
-  [ -n "${KH_WATCH_PID:-}" ] && kill -KILL "$KH_WATCH_PID" 2>/dev/null
+  [ -z "${KH_WATCH_PID:-}" ] || kill -KILL "$KH_WATCH_PID" 2>/dev/null || true
   KH_WATCH_PID=
   kh_teardown_id "$KH_ID"
   KH_ID=
@@ -257,7 +257,9 @@ kh_start_host() {
 kh_wait_sshd() {
   local h=$1 n
   for n in $(seq 1 100); do
-    [ -s "$KH_DIR/$h/sshd.pid" ] && kh_exec "$h" bash -c "exec 3<>/dev/tcp/$(kh_addr "$h")/22" 2>/dev/null && return 0
+    if [ -s "$KH_DIR/$h/sshd.pid" ] && kh_exec "$h" bash -c "exec 3<>/dev/tcp/$(kh_addr "$h")/22" 2>/dev/null; then
+      return 0
+    fi
     sleep 0.05
   done
   kh_die "sshd on $h is not listening: $(cat "$KH_DIR/$h/sshd.log" 2>/dev/null)"
