@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Self-test of the emulated-hosts harness (hosts.sh): 3 hosts with distinct hostnames and
 # /dev/shm, private /etc/hosts, ssh between them, ping, link down/up, shaping, decoy bridge,
-# kh_kill; then teardown leaves no namespace, holder, sshd or state directory.
+# kh_kill; then teardown leaves no namespace, holder, sshd or state directory, also when the
+# test itself is SIGKILLed (the watchdog).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/hosts.sh"
@@ -54,5 +55,15 @@ if [ -z "$id" ]; then echo "FAIL kh_up"; exit 1; fi
 check "no namespace left" eq "$(ip netns list | grep -c "^kh-$id-")" "0"
 check "no state dir left" eq "$(ls -d /tmp/kh-"$id" 2>/dev/null)" ""
 check "no sshd/holder left" eq "$(pgrep -f "kh-$id" || true)" ""
+# A test killed by SIGKILL (ctest's timeout) runs no trap: the watchdog tears its hosts down.
+bash -c 'source "$1"; kh_up 1 || exit 1; echo "$KH_ID" > "$2"; exec sleep 300' _ "$HERE/hosts.sh" "$idfile" &
+victim=$!
+for _ in $(seq 1 100); do [ -s "$idfile" ] && break; sleep 0.1; done
+id=$(cat "$idfile" 2>/dev/null); rm -f "$idfile"
+check "second run up" eq "$(ip netns list | grep -c "^kh-$id-" || true)" "2"
+kill -KILL "$victim"; wait "$victim" 2>/dev/null
+for _ in $(seq 1 50); do [ "$(ip netns list | grep -c "^kh-$id-")" = 0 ] && break; sleep 0.1; done
+check "watchdog removes the hosts of a SIGKILLed run" eq "$(ip netns list | grep -c "^kh-$id-"; ls -d /tmp/kh-"$id" 2>/dev/null)" "0"
+check "no holder or sshd of it left" eq "$(pgrep -f "kh-$id" || true)" ""
 [ "$fails" = 0 ] && echo "harness_test: all passed" || echo "harness_test: $fails failed"
 exit $((fails > 0))
