@@ -2,8 +2,9 @@
 # Real Slurm (munge, slurmctld, two slurmd) on two emulated hosts h0, h1; one case per run:
 #   slurm_test.sh srun          srun -N 2 -n 4 kolo-bench: 4 collectives, results verified, tasks
 #                               placed on both nodes
-#   slurm_test.sh srun-fail     rank 3 is SIGKILLed in a long kolo-bench run: srun ends the step,
-#                               names task 3, exits non-zero; nothing left on either host
+#   slurm_test.sh srun-fail     rank 3 is SIGKILLed in a long kolo-bench run: with srun -K srun
+#                               ends the step, names task 3, exits non-zero; without -K every
+#                               survivor fails with kolo's error naming rank 3; nothing left
 #   slurm_test.sh sbatch        examples/slurm/fashion_mnist.sbatch trains one short epoch on two
 #                               nodes: its log shows 4 ranks and the accuracy, the checkpoint loads
 #   slurm_test.sh sbatch-fail   the same job with rank 1 given a missing data directory: the job
@@ -52,6 +53,14 @@ no_leftovers() {
 # Wait (≤ 10 s) for slurmstepd and the tasks to go after a job ended.
 settle() { for _ in $(seq 1 40); do no_leftovers >/dev/null && return 0; sleep 0.25; done; return 0; }
 
+# tasks_that "STATUS" FILE: the task ids srun reports with that status ("srun: error: h0: tasks
+# 0-1: Exited with exit code 1"), sorted, space separated.
+tasks_that() {
+  sed -n "s/^srun: error: [^:]*: tasks\{0,1\} \([0-9,-]*\): $1\$/\1/p" "$2" | tr ',' '\n' |
+    awk -F- '{ for (t = $1; t <= ($2 == "" ? $1 : $2); t++) print t }' | sort -n | tr '\n' ' ' | sed 's/ $//'
+}
+eq() { [ "$1" = "$2" ] || { echo "expected '$2', got '$1'"; return 1; }; }
+
 # kolo-bench's table: one block per collective, "4 ranks", one row per size, #wrong all 0.
 check_bench() {
   local out=$1 c rows bad
@@ -97,6 +106,23 @@ srun-fail)
   settle
   expect "nothing left on either host" no_leftovers
   [ "$fails" = 0 ] || cat "$WORK/out"
+
+  # Without -K it is kolo that ends the survivors: each fails with an error naming rank 3.
+  start=$(date +%s)
+  ks_exec timeout 120 srun -N 2 -n 4 --overcommit -l bash -c '
+    if [ "$SLURM_PROCID" = 3 ]; then (sleep 3; kill -KILL $$) & fi
+    exec "$0" -b 1M -e 1M -n 100000 -w 1 --time-budget 0' "$BENCH" >"$WORK/out2" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - start ))
+  expect "without -K: srun exits non-zero (rc $rc)" [ "$rc" != 0 -a "$rc" != 124 ]
+  for r in 0 1 2; do
+    expect "without -K: rank $r fails with kolo's error naming rank 3" grep -q "^$r: .*rank 3" "$WORK/out2"
+  done
+  expect "without -K: the survivors exit 1 themselves" eq "$(tasks_that "Exited with exit code 1" "$WORK/out2")" "0 1 2"
+  expect "without -K: the step ends within 30 s ($secs s)" [ "$secs" -lt 30 ]
+  settle
+  expect "without -K: nothing left on either host" no_leftovers
+  [ "$fails" = 0 ] || cat "$WORK/out2"
   ;;
 sbatch)
   cd "$WORK" || exit 1
