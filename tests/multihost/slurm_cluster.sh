@@ -77,7 +77,12 @@ EOF
   return 1
 }
 
-ks_exec() { kh_exec h0 "$@"; }
+# Variables of an outer Slurm job (a CI runner inside an allocation) would make srun join it.
+ks_exec() {
+  local v unset=()
+  for v in $(compgen -e); do [[ $v == SLURM_* && $v != SLURM_CONF ]] && unset+=(-u "$v"); done
+  kh_exec h0 env "${unset[@]}" "$@"
+}
 
 ks_logs() {
   local f
