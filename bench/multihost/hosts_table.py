@@ -157,6 +157,9 @@ def main():
             f.write(f"- load average {e('LOAD_START', '?')} at start, {e('LOAD_END', '?')} at end\n")
             f.write("- command: `bench/multihost/allreduce_hosts.sh`\n\n")
             f.write(text + "\n")
+            with open(sys.argv[1]) as raw:
+                f.write("\n<details><summary>every run (link, round, system, result)</summary>\n\n```\n"
+                        + raw.read() + "```\n</details>\n")
 
 
 def command_line(cmd):
