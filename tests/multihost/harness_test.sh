@@ -17,7 +17,9 @@ check() {  # check "what" CMD...: run CMD, count a failure with its output
 eq() { [ "$1" = "$2" ] || { echo "expected '$2', got '$1'"; return 1; }; }
 
 # Runs in a subshell so that its EXIT trap (kh_down) fires before the leftover checks below.
+flag=$(mktemp -u /tmp/harness-test-flag.XXXXXX)
 (
+  kh_on_down "touch '$flag'"                   # registered before kh_up: must still run
   kh_up 3 || exit 1
   echo "$KH_ID" > "$idfile"
   check "hostnames" eq "$(for h in h0 h1 h2; do kh_exec $h hostname; done | tr '\n' ' ')" "h0 h1 h2 "
@@ -54,6 +56,8 @@ id=$(cat "$idfile" 2>/dev/null); rm -f "$idfile"
 if [ -z "$id" ]; then echo "FAIL kh_up"; exit 1; fi
 check "no namespace left" eq "$(ip netns list | grep -c "^kh-$id-")" "0"
 check "no state dir left" eq "$(ls -d /tmp/kh-"$id" 2>/dev/null)" ""
+check "kh_on_down commands ran" eq "$(ls "$flag" 2>/dev/null)" "$flag"
+rm -f "$flag"
 check "no sshd/holder left" eq "$(pgrep -f "kh-$id" || true)" ""
 # A test killed by SIGKILL (ctest's timeout) runs no trap: the watchdog tears its hosts down.
 bash -c 'source "$1"; kh_up 1 || exit 1; echo "$KH_ID" > "$2"; exec sleep 300' _ "$HERE/hosts.sh" "$idfile" &

@@ -35,6 +35,7 @@
 
 KH_PREFIX=kh
 KH_ROOT=${KH_ROOT:-/tmp}
+KH_ON_DOWN=()                                    # kh_on_down may be called before kh_up
 
 kh_die() { echo "hosts.sh: $*" >&2; return 1; }
 
@@ -283,7 +284,6 @@ kh_up() {
   kh_down_stale
   KH_ID=$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
   KH_DIR=$KH_ROOT/$KH_PREFIX-$KH_ID
-  KH_ON_DOWN=()
   mkdir -m 755 "$KH_DIR" || return 1           # 755: munged (user munge) lives below
   if [ -z "$owner" ]; then
     kh_proc_id $$ > "$KH_DIR/owner"
