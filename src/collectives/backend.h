@@ -23,8 +23,9 @@ class Backend {
   // Called before each collective with what this rank is about to do.
   virtual void begin(const Fingerprint& fp) {}
   // After a failure on this rank: make peers waiting on us fail now rather
-  // than at their timeout. The backend is unusable afterwards.
-  virtual void abort() {}
+  // than at their timeout (telling them `reason` where the transport can).
+  // The backend is unusable afterwards.
+  virtual void abort(const std::string& reason) {}
   virtual void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) = 0;
   virtual void broadcast(void* data, std::size_t count, DType t, int root) = 0;
   virtual void allgatherv(const void* in, void* out, std::span<const std::size_t> counts,

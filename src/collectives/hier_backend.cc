@@ -40,6 +40,9 @@ class HierBackend final : public Backend {
       }
       h.cross = std::make_unique<TcpMesh>(store, fmt::format("{}/cross{}", prefix, h.local_rank), h.host, h.hosts,
                                           address, std::move(cross));
+      // A rank blocked on its host link learns at once that a rank of its
+      // own host failed (e.g. on another link), instead of at its own timeout.
+      h.cross->set_watch([this](const char* what) { h_.local->check_peers(what); });
     }
     transport::Members everyone;
     for (int q = 0; q < h.size; ++q) {
@@ -48,6 +51,7 @@ class HierBackend final : public Backend {
     }
     h.make_flat = [this, &store, prefix, address, everyone] {
       auto mesh = std::make_unique<TcpMesh>(store, prefix + "/flat", h_.rank, h_.size, address, everyone);
+      mesh->set_watch([this](const char* what) { h_.local->check_peers(what); });
       mesh->begin(current_);
       return mesh;
     };
@@ -60,8 +64,8 @@ class HierBackend final : public Backend {
     if (h_.cross) h_.cross->begin(fp);
     if (h_.flat) h_.flat->begin(fp);
   }
-  void abort() override {
-    h_.local->abort();
+  void abort(const std::string& reason) override {
+    h_.local->abort(reason);
     if (h_.cross) h_.cross->abort();
     if (h_.flat) h_.flat->abort();
   }

@@ -17,7 +17,7 @@ class TcpBackend final : public Backend {
 
   const char* name() const override { return "tcp"; }
   void begin(const Fingerprint& fp) override { mesh_.begin(fp); }
-  void abort() override { mesh_.abort(); }
+  void abort(const std::string&) override { mesh_.abort(); }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     const std::size_t bytes = count * dtype_size(t);

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -119,8 +120,12 @@ bool ShmGroup::peer_exited(int peer, int pid) {
   return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
-void ShmGroup::abort() {
+void ShmGroup::abort(const std::string& reason) {
   Flag& f = flags_[rank_];
+  char* text = calls_[rank_].reason;
+  const std::size_t n = std::min(reason.size(), sizeof calls_[rank_].reason - 1);
+  std::memcpy(text, reason.data(), n);
+  text[n] = '\0';
   f.aborted.store(1, std::memory_order_seq_cst);
   syscall(SYS_futex, futex_word(f.epoch), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
@@ -157,14 +162,28 @@ void ShmGroup::check_fingerprints() {
       fail_mismatch(current_, previous_, members_.global(rank_), calls_[q].fp[parity], members_.global(q));
 }
 
+void ShmGroup::fail_aborted(int peer, const char* what) {
+  std::string reason(calls_[peer].reason, strnlen(calls_[peer].reason, sizeof calls_[peer].reason));
+  fail_io("{}: {} failed and left the collective{}{}", what, members_.name(peer), reason.empty() ? "" : ": ",
+          reason);
+}
+
+void ShmGroup::check_peers(const char* what) {
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    if (flags_[q].aborted.load(std::memory_order_acquire)) fail_aborted(q, what);
+    const pid_t pid = flags_[q].pid.load(std::memory_order_relaxed);
+    if (pid > 0 && peer_exited(q, pid)) fail_io("{}: {} (pid {}) died", what, members_.name(q), pid);
+  }
+}
+
 // Spin briefly (the peer is usually well under a microsecond behind), yield,
 // then sleep on the peer's futex word, waking every 5 ms to check the deadline and
 // that the peer is still alive.
 void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   Flag& f = flags_[peer];
   auto check_aborted = [&] {
-    if (f.aborted.load(std::memory_order_relaxed))
-      fail_io("{}: {} failed and left the collective", what, members_.name(peer));
+    if (f.aborted.load(std::memory_order_acquire)) fail_aborted(peer, what);
   };
   for (int i = 0; i < spins_; ++i) {
     if (f.epoch.load(std::memory_order_acquire) >= e) return;

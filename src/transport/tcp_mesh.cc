@@ -82,7 +82,7 @@ TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, i
     }
     peers_[peer] = std::move(fd);
   }
-  accept_peers(key, deadline);
+  accept_peers(key, deadline, me);
   const int buf = static_cast<int>(config::tcp_buffer_bytes());
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
@@ -112,7 +112,7 @@ void reject(Pending& p, const std::string& why) {
 
 }  // namespace
 
-void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline) {
+void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline, const std::string& me) {
   std::vector<Pending> pending;
   std::vector<pollfd> fds;
   set_nonblocking(listener_.fd.get(), true);
@@ -129,7 +129,9 @@ void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline) {
     for (auto& p : pending)
       if (p.until <= now) reject(p, fmt::format("no credentials within {} ms", auth::kAnswerTimeout.count()));
     std::erase_if(pending, [](const Pending& p) { return !p.fd; });
-    if (now >= deadline) fail("timed out waiting for {} to connect", missing());
+    if (now >= deadline)
+      fail("timed out waiting for {} to connect to the address this rank advertised, {}: is it reachable "
+           "from their hosts? (KOLO_IFACE chooses the network)", missing(), me);
     auto wake = deadline;
     fds.assign({{listener_.fd.get(), POLLIN, 0}});
     for (auto& p : pending) {
@@ -320,8 +322,10 @@ void TcpMesh::wait_io(std::span<SendOp> sends, std::span<RecvOp> recvs,
     fail_timeout("{}: no progress for {} ms; still waiting for data from{}", what,
             timeout_.count(), waiting);
   }
-  int rc = ::poll(pollfds_.data(), pollfds_.size(), static_cast<int>(std::min<long>(left.count(), 1000)));
+  const long tick = watch_ ? 20 : 1000;
+  int rc = ::poll(pollfds_.data(), pollfds_.size(), static_cast<int>(std::min<long>(left.count(), tick)));
   if (rc < 0 && errno != EINTR) fail("poll(): {}", errno_text(errno));
+  if (rc == 0 && watch_) watch_(what);
 }
 
 }  // namespace kolo::transport

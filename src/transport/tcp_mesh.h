@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -60,6 +61,12 @@ class TcpMesh {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
+  // Called while a transfer waits (at least every 20 ms); it throws to fail
+  // the transfer. A host's ranks are blocked on their own connections while
+  // a local peer may fail on its own: the hierarchical backend checks the
+  // host's shared-memory group here, so the failure spreads at once.
+  void set_watch(std::function<void(const char* what)> watch) { watch_ = std::move(watch); }
+
   // Progresses all sends and receives until every one is complete.
   // on_progress(recvs) is called whenever a receive made progress; it may
   // raise SendOp::avail (e.g. to forward what just arrived). Fails with an
@@ -74,7 +81,8 @@ class TcpMesh {
 
  private:
   // Accepts the connections of the ranks above this one, authenticating each.
-  void accept_peers(const auth::Key& key, Clock::time_point deadline);
+  // `me`: the advertised address, for the error when peers never come.
+  void accept_peers(const auth::Key& key, Clock::time_point deadline, const std::string& me);
 
   // One pass of non-blocking I/O; returns whether any receive progressed and
   // sets `moved` if any byte moved at all.
@@ -100,6 +108,7 @@ class TcpMesh {
   std::vector<pollfd> pollfds_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds stall_warn_;
+  std::function<void(const char*)> watch_;
 };
 
 template <class OnProgress>
