@@ -286,5 +286,52 @@ TEST(FakeRemoteHosts, KilledAgentLosesTheHostAndItsRanksDie) {
   kill_leftovers(ranks);
 }
 
+TEST(FakeRemoteHosts, TimeoutStopsEveryHostsRanks) {
+  TempDir dir;
+  Kolorun k({"-H", "localhost:1,nodea:2", "--rsh", kFakeRsh, "--network-interface", "lo", "--timeout", "2",
+             rank_prog(), "sleep", dir.path, "--grandchild"});
+  auto ranks = wait_for_pids(dir.path, "rank", 3);
+  auto grandchildren = wait_for_pids(dir.path, "grandchild", 3);
+  Outcome o = k.wait(30);
+  EXPECT_EQ(o.code, 124);
+  EXPECT_TRUE(contains(o.err, "kolorun: timeout after 2 s; stopping 3 ranks\n")) << o.err;
+  for (pid_t p : ranks) EXPECT_TRUE(gone_within(p, 10)) << "rank pid " << p;
+  for (pid_t p : grandchildren) EXPECT_TRUE(gone_within(p, 10)) << "grandchild pid " << p;
+  kill_leftovers(ranks);
+  kill_leftovers(grandchildren);
+}
+
+TEST(FakeRemoteHosts, AgentMissingThereIsNamedWithTheShellsMessage) {
+  // The remote side answers the reachability check but has no kolorun at the
+  // launcher's path.
+  Outcome o = run_kolorun({"-H", "nodea:2", "--rsh", "sh -c '[ \"$2\" = true ] || exec /nonexistent/kolorun' rsh",
+                           "--network-interface",
+                           "lo", rank_prog(), "where"});
+  EXPECT_EQ(o.code, 1);
+  EXPECT_TRUE(std::regex_search(o.err, std::regex("kolorun: lost host nodea \\(ranks 0, 1\\): kolorun's agent did "
+                                                  "not start there \\(`sh \\.\\.\\.`\\): sh exited with code "
+                                                  "127: .*/nonexistent/kolorun.*not found \\(first failure\\)")))
+      << o.err;
+}
+
+TEST(FakeRemoteHosts, ShellStartupOutputBeforeTheAgentIsRefusedAndShown) {
+  Outcome o = run_kolorun({"-H", "nodea:1", "--rsh", R"(sh -c 'echo welcome to nodea; exec sh -c "$2"' rsh)",
+                           "--network-interface", "lo", rank_prog(), "where"});
+  EXPECT_EQ(o.code, 1);
+  EXPECT_TRUE(contains(o.err, "kolorun: lost host nodea (rank 0): the remote shell printed 'welcome to nodea\n' "
+                              "before kolorun's agent started (a shell startup file must not print when not "
+                              "interactive) (first failure)"))
+      << o.err;
+}
+
+TEST(HostHelp, HelpDocumentsTheHostFlags) {
+  Outcome o = run_kolorun({"--help"});
+  EXPECT_EQ(o.code, 0);
+  for (const char* word : {"-H,--host", "--hostfile", "-p,--port", "-i,--identity", "--rsh", "KOLO_RSH", "-x VAR",
+                           "--network-interface", "KOLO_IFACE", "--host-timeout", "BatchMode=yes"}) {
+    EXPECT_NE(o.out.find(word), std::string::npos) << "--help does not mention " << word;
+  }
+}
+
 }  // namespace
 }  // namespace kolotest

@@ -11,13 +11,15 @@
 #                                      started on any host
 #   kolorun_hosts_test.sh signal       SIGINT to kolorun reaches every rank (and its children) on
 #                                      every host: exit 130, nothing left anywhere
+#   kolorun_hosts_test.sh launcher-killed  kill -9 of kolorun: every agent sees its connection
+#                                      close and kills its ranks; nothing left anywhere
 #   kolorun_hosts_test.sh mpirun       the same kolo-bench under Open MPI's mpirun -H across h0, h1
 #                                      (plm_rsh_agent = the harness's ssh; KOLO_STORE_ADDR by -x)
 # Needs root (skips with 77 otherwise) and KOLO_TEST_BUILD_DIR (set by ctest).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-case=${1:?usage: kolorun_hosts_test.sh e2e|bench|unreachable|signal|mpirun}
+case=${1:?usage: kolorun_hosts_test.sh e2e|bench|unreachable|signal|launcher-killed|mpirun}
 B=${KOLO_TEST_BUILD_DIR:-$REPO/build}
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
 K=$B/tools/kolorun/kolorun
@@ -138,7 +140,7 @@ unreachable)
   expect "nothing left" no_leftovers
   ;;
 
-signal)
+signal|launcher-killed)
   mkdir pids
   kh_exec h0 "$K" -H h0:2,h1:2,h2:1 --rsh "$RSH" "$R" sleep "$WORK/pids" --grandchild > out 2> err &
   job=$!
@@ -147,17 +149,23 @@ signal)
   # $! is the subshell that runs kh_exec; kolorun is its child (nsenter execs it).
   kolorun_pid=$(pgrep -P $job -x kolorun)
   expect "kolorun found" eq "$([ -n "$kolorun_pid" ] && echo yes)" yes
-  kill -INT $kolorun_pid
-  wait $job
-  expect "SIGINT: exit 130" eq "$?" 130
-  expect "SIGINT: named" has err "kolorun: interrupted (SIGINT); stopping 5 ranks on 3 hosts"
+  if [ "$case" = signal ]; then
+    kill -INT $kolorun_pid
+    wait $job
+    expect "SIGINT: exit 130" eq "$?" 130
+    expect "SIGINT: named" has err "kolorun: interrupted (SIGINT); stopping 5 ranks on 3 hosts"
+  else
+    kill -KILL $kolorun_pid
+    wait $job
+    expect "kill -9: kolorun died of it" eq "$?" 137
+  fi
   gone=1
   for f in pids/*.pid; do
     p=$(cat "$f")
     for i in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -0 "$p" 2>/dev/null && { echo "  $f (pid $p) still running"; gone=0; }
   done
-  expect "SIGINT: every rank and grandchild gone on every host" eq "$gone" 1
+  expect "$case: every rank and grandchild gone on every host" eq "$gone" 1
   expect "nothing left" no_leftovers
   ;;
 

@@ -178,6 +178,10 @@ void HostJob::start(const AgentLaunch& l) {
   spec.argv = l.argv;
   for (char** e = environ; *e != nullptr; ++e) spec.env.emplace_back(*e);
   spec.stdin_pipe = true;
+  // This host's agent outlives a SIGKILLed kolorun just long enough to kill
+  // its ranks' process groups (what the ranks started too), as a remote
+  // agent does when its ssh connection closes.
+  if (l.host.local) spec.death_signal = SIGTERM;
   a->proc = spawn_rank(spec);
   a->to.reset(a->proc.stdin_pipe);
   a->to.push(l.job_frame);

@@ -104,8 +104,8 @@ void split_args(const CLI::App& app, int argc, char** argv, std::vector<std::str
 
 ParseResult parse_options(int argc, char** argv) {
   Options o;
-  CLI::App app{"kolorun: start N ranks of a kolo job on this host, relay their output, and stop "
-               "them all when one fails.",
+  CLI::App app{"kolorun: start N ranks of a kolo job on this host or on several, relay their output, "
+               "and stop them all when one fails.",
                "kolorun"};
   app.formatter(std::make_shared<UsageFormatter>());
   app.footer(kFooter);

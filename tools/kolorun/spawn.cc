@@ -50,9 +50,9 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 // server), so only async-signal-safe calls are allowed here: no allocation,
 // no locks, no stdio. Never returns.
 [[noreturn]] void exec_child(pid_t parent, const char* path, char* const* argv, char* const* envp,
-                             int in_fd, int out_fd, int err_fd, int report_fd) {
+                             int in_fd, int out_fd, int err_fd, int report_fd, int death_signal) {
   ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_PDEATHSIG, death_signal);
   // kolorun may have died between fork and prctl; then no signal will ever
   // come and this rank would run on as an orphan.
   if (::getppid() != parent) ::_exit(127);
@@ -133,7 +133,8 @@ RankProcess spawn_rank(const RankSpec& spec) {
 
   pid_t pid = ::fork();
   if (pid == 0)
-    exec_child(parent, spec.path.c_str(), argv.data(), envp.data(), in[0], child_out, child_err, report[1]);
+    exec_child(parent, spec.path.c_str(), argv.data(), envp.data(), in[0], child_out, child_err, report[1],
+               spec.death_signal);
   const int fork_errno = errno;
   close_fd(in[0]);
   close_fd(out[1]);

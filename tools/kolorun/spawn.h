@@ -39,6 +39,9 @@ struct RankSpec {
   // stdin a pipe kolorun writes (a host's agent reads its job there) instead
   // of /dev/null.
   bool stdin_pipe = false;
+  // Sent to it when kolorun dies. The launching host's agent gets SIGTERM
+  // instead: it must live long enough to kill what its ranks started.
+  int death_signal = 9;  // SIGKILL
 };
 
 struct RankProcess {
