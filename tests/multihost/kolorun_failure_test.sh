@@ -28,42 +28,7 @@ kh_on_down "rm -rf '$WORK'"
 kh_up 3 || exit 1
 cd "$WORK"
 
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
-expect() {  # expect "what" COND...
-  local what=$1; shift
-  if "$@"; then ok "$what"; else fail "$what"; fi
-}
-has() { grep -qE -- "$2" "$1" || { echo "  /$2/ not in $1:"; sed 's/^/    /' "$1" | head -40; return 1; }; }
-eq() { [ "$1" = "$2" ] || { echo "  expected '$2', got '$1'"; return 1; }; }
-within() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
-
-# Processes of the job on host H (everything but its holder and sshd), and its /dev/shm.
-leftovers() {
-  local h=$1 p out=""
-  for p in $(kh_pids "$h"); do
-    local comm
-    comm=$(cat "/proc/$p/comm" 2>/dev/null) || continue
-    [[ $comm == sshd || $comm == sleep ]] && continue
-    out+="$p:$(tr '\0' ' ' < "/proc/$p/cmdline") "
-  done
-  local shm
-  shm=$(kh_exec "$h" ls /dev/shm)
-  [ -z "$shm" ] || out+="/dev/shm:$shm"
-  echo "$out"
-}
-# Waits up to $2 s for host $1 to hold nothing of the job.
-clean_within() {
-  local i left
-  for ((i = 0; i < $2 * 10; i++)); do
-    left=$(leftovers "$1")
-    [ -z "$left" ] && return 0
-    sleep 0.1
-  done
-  echo "  left on $1: $left"
-  return 1
-}
+source "$HERE/checks.sh"
 
 export KOLO_PEER_TIMEOUT_MS=$PEER_MS
 # The grace period is long: kolo, not kolorun's SIGKILL, must end the survivors.
@@ -109,7 +74,7 @@ for r in 0 1 4; do
   at=$(grep -m1 '^error-at ' "survivor.$r" | awk '{print $2}')
   if [ -n "$at" ]; then
     d=$(awk -v a="$at" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
-    expect "survivor $r failed within $bound s ($d s)" within "$d" "$bound"
+    expect "survivor $r failed within $bound s ($d s)" within "$at" "$t0" "$bound"
   else
     fail "survivor $r wrote no error-at"
   fi

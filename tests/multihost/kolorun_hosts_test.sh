@@ -34,32 +34,12 @@ kh_up 3 || exit 1
 RSH="ssh -F $KH_SSH_CONFIG"
 cd "$WORK"  # the working directory the ranks must see on every host
 
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
-expect() {  # expect "what" COND...
-  local what=$1; shift
-  if "$@"; then ok "$what"; else fail "$what"; fi
-}
-has() { grep -qF -- "$2" "$1" || { echo "  '$2' not in $1:"; sed 's/^/    /' "$1" | head -40; return 1; }; }
-eq() { [ "$1" = "$2" ] || { echo "  expected '$2', got '$1'"; return 1; }; }
-
-# Nothing of a job left on any host: no process but the host's holder and its sshd, and an
-# empty /dev/shm.
+source "$HERE/checks.sh"
+# Nothing of a job left on any host.
 no_leftovers() {
-  local h p left=""
-  for h in h0 h1 h2; do
-    for p in $(kh_pids "$h"); do
-      local comm
-      comm=$(cat "/proc/$p/comm" 2>/dev/null) || continue
-      [[ $comm == sshd || $comm == sleep ]] && continue   # sshd, and the holder (sleep infinity)
-      left+="$h:$p:$(tr '\0' ' ' < "/proc/$p/cmdline") "
-    done
-    local shm
-    shm=$(kh_exec "$h" ls /dev/shm)
-    [ -z "$shm" ] || left+="$h:/dev/shm:$shm "
-  done
-  [ -z "$left" ] || { echo "  left: $left"; return 1; }
+  local h r=0
+  for h in h0 h1 h2; do clean_within "$h" 10 || r=1; done
+  return $r
 }
 
 # The "where" line of each rank: rank, local rank/size, hostname, working directory.
@@ -75,8 +55,8 @@ e2e)
   for r in 0 1 2 3; do
     expect "-H: rank $r runs on h$((r / 2)) as local $((r % 2))/2 in $WORK" \
       eq "$(where_of out $r)" "rank=$r local=$((r % 2))/2 host=h$((r / 2)) cwd=$WORK"
-    expect "-H: -x VAR reaches rank $r" has out "[$r] KOLO_T_PASSED=passed value"
-    expect "-H: -x VAR=value reaches rank $r" has out "[$r] KOLO_T_SET=set here"
+    expect "-H: -x VAR reaches rank $r" has_text out "[$r] KOLO_T_PASSED=passed value"
+    expect "-H: -x VAR=value reaches rank $r" has_text out "[$r] KOLO_T_SET=set here"
   done
 
   printf '# three hosts\nh0 slots=2\nh1:2   # by colon\n\nh2\n' > hostfile
@@ -102,10 +82,10 @@ err $r 1"
 
   kh_exec h0 "$K" -H h0:2,h1:2 --rsh "$RSH" "$R" exit 7 3 > out 2> err
   expect "a failing rank on h1: its code" eq "$?" 7
-  expect "a failing rank on h1: named with its host" has err "kolorun: rank 3 on h1 exited with code 7 (first failure)"
+  expect "a failing rank on h1: named with its host" has_text err "kolorun: rank 3 on h1 exited with code 7 (first failure)"
   kh_exec h0 "$K" -H h0:1,h1:1 --rsh "$RSH" sh -c 'kill -9 $$' > out 2> err
   expect "a rank killed by a signal: 128+9" eq "$?" 137
-  expect "a rank killed by a signal: named" has err "was killed by signal 9 (SIGKILL) (first failure)"
+  expect "a rank killed by a signal: named" has_text err "was killed by signal 9 (SIGKILL) (first failure)"
   expect "nothing left" no_leftovers
   ;;
 
@@ -130,11 +110,11 @@ unreachable)
   kh_link h2 down
   kh_exec h0 "$K" -H h0:1,h1:1,nosuchhost:1,h2:1 --rsh "$RSH" "$R" sleep "$WORK" > out 2> err
   expect "unreachable hosts: exit 1" eq "$?" 1
-  expect "unresolvable host named with ssh's message" has err \
+  expect "unresolvable host named with ssh's message" has_text err \
     "kolorun: cannot reach host 'nosuchhost': \`ssh -o BatchMode=yes"
-  expect "ssh's own words for the unresolvable host" has err "Could not resolve hostname nosuchhost"
-  expect "host with its link down named" has err "kolorun: cannot reach host 'h2': "
-  expect "the count" has err "kolorun: nothing was started (2 of 3 hosts unreachable)"
+  expect "ssh's own words for the unresolvable host" has_text err "Could not resolve hostname nosuchhost"
+  expect "host with its link down named" has_text err "kolorun: cannot reach host 'h2': "
+  expect "the count" has_text err "kolorun: nothing was started (2 of 3 hosts unreachable)"
   expect "no rank started" eq "$(ls "$WORK" | grep -c '^rank\.')" 0
   kh_link h2 up
   expect "nothing left" no_leftovers
@@ -153,7 +133,7 @@ signal|launcher-killed)
     kill -INT $kolorun_pid
     wait $job
     expect "SIGINT: exit 130" eq "$?" 130
-    expect "SIGINT: named" has err "kolorun: interrupted (SIGINT); stopping 5 ranks on 3 hosts"
+    expect "SIGINT: named" has_text err "kolorun: interrupted (SIGINT); stopping 5 ranks on 3 hosts"
   else
     kill -KILL $kolorun_pid
     wait $job
@@ -181,7 +161,7 @@ mpirun)
   rc=$?
   expect "mpirun -H h0:2,h1:2 kolo-bench exits 0" eq "$rc" 0
   [ $rc = 0 ] || sed 's/^/    /' err | head -20
-  expect "mpirun: 4 ranks" has out "# kolo-bench allreduce: 4 ranks"
+  expect "mpirun: 4 ranks" has_text out "# kolo-bench allreduce: 4 ranks"
   expect "mpirun: six collectives verified" eq "$(grep -c '^# all results correct' out)" 6
   expect "nothing left" no_leftovers
   ;;

@@ -17,8 +17,7 @@
 #include "output_files.h"
 #include "rank_env.h"
 #include "remote_shell.h"
-#include "rendezvous/auth.h"
-#include "rendezvous/store.h"
+#include "job_store.h"
 #include "shm_sweep.h"
 #include "signals.h"
 #include "spawn.h"
@@ -117,10 +116,7 @@ int run_hosts(const Options& o) {
   std::unique_ptr<kolo::rdv::StoreServer> store;
   JobIdentity job;
   try {
-    job.job_id = random_hex(8);
-    job.secret = random_hex(16);
-    store = std::make_unique<kolo::rdv::StoreServer>(bind, 0, kolo::auth::Key::from_secret(job.secret));
-    job.store_addr = fmt::format("{}:{}", advertise, store->port());
+    store = start_job_store(bind, advertise, job);
   } catch (const std::exception& e) {
     say(fmt::format("cannot start the rendezvous store on {}: {}", bind, e.what()));
     return 1;

@@ -25,8 +25,7 @@
 #include "options.h"
 #include "output_files.h"
 #include "rank_env.h"
-#include "rendezvous/auth.h"
-#include "rendezvous/store.h"
+#include "job_store.h"
 #include "shm_sweep.h"
 #include "signals.h"
 #include "spawn.h"
@@ -63,13 +62,7 @@ int run(const Options& o) {
   std::unique_ptr<kolo::rdv::StoreServer> store;
   JobIdentity job;
   try {
-    // Port 0: the kernel picks a free port, so concurrent jobs never collide.
-    job.job_id = random_hex(8);
-    job.secret = random_hex(16);
-    // Only the job's ranks, which know the secret, get past the store's handshake.
-    store = std::make_unique<kolo::rdv::StoreServer>("127.0.0.1", 0,
-                                                     kolo::auth::Key::from_secret(job.secret));
-    job.store_addr = fmt::format("127.0.0.1:{}", store->port());
+    store = start_job_store("127.0.0.1", "127.0.0.1", job);
   } catch (const std::exception& e) {
     say(fmt::format("cannot start the rendezvous store: {}", e.what()));
     return 1;
