@@ -3,7 +3,8 @@
 #   kolorun_hosts_test.sh e2e          2 hosts x 2 ranks (-H) and 3 hosts x 2,2,1 (--hostfile): tags,
 #                                      rank ids, local ranks, host names and working directory seen
 #                                      by each rank, -x VAR and -x VAR=value, --output-dir, the
-#                                      exit code of a failing remote rank named with its host
+#                                      exit code of a failing remote rank named with its host, a
+#                                      working directory missing on a remote host
 #   kolorun_hosts_test.sh bench        kolo-bench (every collective, results verified) on 2x2 and
 #                                      2,2,1 ranks, hierarchical on and off, several dtypes
 #   kolorun_hosts_test.sh unreachable  a host name that does not resolve and a host whose link is
@@ -86,6 +87,16 @@ err $r 1"
   kh_exec h0 "$K" -H h0:1,h1:1 --rsh "$RSH" sh -c 'kill -9 $$' > out 2> err
   expect "a rank killed by a signal: 128+9" eq "$?" 137
   expect "a rank killed by a signal: named" has_text err "was killed by signal 9 (SIGKILL) (first failure)"
+
+  # A working directory that exists only on h0 (a tmpfs in h0's own mount namespace).
+  mkdir private
+  kh_exec h0 mount -t tmpfs kolorun-test "$WORK/private"
+  kh_exec h0 mkdir "$WORK/private/sub"
+  kh_exec h0 sh -c "cd '$WORK/private/sub' && exec '$K' -H h0:1,h1:1 --rsh '$RSH' '$R' where" > out 2> err
+  expect "working directory missing on h1: exit 1" eq "$?" 1
+  expect "working directory missing on h1: named" has_text err \
+    "kolorun: cannot change to the working directory '$WORK/private/sub' on h1: No such file or directory (first failure)"
+  kh_exec h0 umount "$WORK/private"
   expect "nothing left" no_leftovers
   ;;
 
