@@ -301,6 +301,22 @@ TEST(FakeRemoteHosts, TimeoutStopsEveryHostsRanks) {
   kill_leftovers(grandchildren);
 }
 
+TEST(FakeRemoteHosts, RanksOfTheFailingHostGetTheGracePeriodToo) {
+  // The agent stops its host's ranks when one fails, and the launcher's stop
+  // that follows must not cut the grace period short.
+  TempDir dir;
+  Outcome o = run_kolorun({"-H", "nodea:3", "--rsh", kFakeRsh, "--network-interface", "lo", "--grace-period", "1",
+                           rank_prog(), "sleep", dir.path, "--ignore-term", "--fail-rank", "0", "--exit", "5"});
+  EXPECT_EQ(o.code, 5);
+  EXPECT_TRUE(contains(o.err, "kolorun: rank 0 on nodea exited with code 5 (first failure); stopping the other 2 "
+                              "ranks\n")) << o.err;
+  EXPECT_TRUE(contains(o.err, "kolorun: nodea: agent: ranks 1, 2 still running after the 1 s grace period; sending "
+                              "SIGKILL\n")) << o.err;
+  auto ranks = wait_for_pids(dir.path, "rank", 3, 1);
+  for (pid_t p : ranks) EXPECT_TRUE(gone_within(p, 10)) << "rank pid " << p;
+  kill_leftovers(ranks);
+}
+
 TEST(FakeRemoteHosts, AgentMissingThereIsNamedWithTheShellsMessage) {
   // The remote side answers the reachability check but has no kolorun at the
   // launcher's path.

@@ -113,7 +113,13 @@ class AgentLink : public SupervisorHooks {
     in_.feed(std::string_view(buf, static_cast<std::size_t>(got)));
     try {
       while (auto f = in_.next()) {
-        if (f->type == 'S') job.stop(Reader(f->payload).u8());
+        if (f->type != 'S') continue;
+        // The launcher's first stop meets an agent that may be stopping
+        // already (its own rank failed): that stop must keep the grace
+        // period; only a second one (a second Ctrl-C) skips it.
+        const int sig = Reader(f->payload).u8();
+        if (stops_++ == 0 && job.stopping()) continue;
+        job.stop(sig);
       }
     } catch (const ProtocolError& e) {
       say(who_, fmt::format("bad frame from the launching kolorun: {}", e.what()));
@@ -130,6 +136,7 @@ class AgentLink : public SupervisorHooks {
   Clock::time_point last_heard_, last_sent_;
   bool in_open_ = true;
   bool gone_ = false;
+  int stops_ = 0;  // stop frames received
 };
 
 // Reads stdin until the job frame; nullopt (after saying why) when stdin

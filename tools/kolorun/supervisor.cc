@@ -76,6 +76,7 @@ class Supervisor : public JobControl {
 
   void stop(int sig) override { on_signal(sig); }
   void kill_now(const std::string& why) override { escalate(why); }
+  bool stopping() const override { return stopping_; }
 
  private:
   void say(const std::string& text) const {

@@ -34,6 +34,8 @@ class JobControl {
   virtual void stop(int sig) = 0;
   // SIGKILL to every rank now; `why` completes "ranks 1, 2 still running ...".
   virtual void kill_now(const std::string& why) = 0;
+  // Already stopping (a rank failed, a stop came, or the time ran out).
+  virtual bool stopping() const = 0;
 };
 
 // How an agent changes the supervision of its host's ranks: where output
