@@ -10,7 +10,9 @@
 #include "core/fingerprint.h"
 #include "kolo/kolo.h"
 
-namespace kolo::rdv { class StoreClient; }
+#include "transport/members.h"
+
+namespace kolo::rdv { class StoreClient; struct HostMap; }
 
 namespace kolo::collectives {
 
@@ -21,8 +23,9 @@ class Backend {
   // Called before each collective with what this rank is about to do.
   virtual void begin(const Fingerprint& fp) {}
   // After a failure on this rank: make peers waiting on us fail now rather
-  // than at their timeout. The backend is unusable afterwards.
-  virtual void abort() {}
+  // than at their timeout (telling them `reason` where the transport can).
+  // The backend is unusable afterwards.
+  virtual void abort(const std::string& reason) {}
   virtual void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) = 0;
   virtual void broadcast(void* data, std::size_t count, DType t, int root) = 0;
   virtual void allgatherv(const void* in, void* out, std::span<const std::size_t> counts,
@@ -37,9 +40,16 @@ std::unique_ptr<Backend> make_self_backend();
 // All ranks on this host, through one shared-memory segment.
 std::unique_ptr<Backend> make_shm_backend(rdv::StoreClient& store, const std::string& prefix,
                                           const std::string& job_id, int rank, int size);
-// TCP connections between every pair of ranks.
+// TCP connections between every pair of ranks; `address` is the one this
+// rank advertises (transport/nic.h), `members` names ranks' hosts in messages.
 std::unique_ptr<Backend> make_tcp_backend(rdv::StoreClient& store, const std::string& prefix,
-                                          int rank, int size);
+                                          int rank, int size, const std::string& address,
+                                          transport::Members members);
+// Ranks on several hosts: shared memory within each host, TCP between hosts
+// (hier_algorithms.h).
+std::unique_ptr<Backend> make_hier_backend(rdv::StoreClient& store, const std::string& prefix,
+                                           const std::string& job_id, int rank,
+                                           const rdv::HostMap& hosts, const std::string& address);
 
 // Reduction kernels take Sum plus a divisor for Average.
 inline Op kernel_op(Op op) { return op == Op::Average ? Op::Sum : op; }

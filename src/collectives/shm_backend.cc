@@ -15,7 +15,7 @@ class ShmBackend final : public Backend {
 
   const char* name() const override { return "shm"; }
   void begin(const Fingerprint& fp) override { g_.begin(fp); }
-  void abort() override { g_.abort(); }
+  void abort(const std::string& reason) override { g_.abort(reason); }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     const std::size_t bytes = count * dtype_size(t);

@@ -38,10 +38,12 @@ void ring_reduce_scatter(TcpMesh& m, char* work, char* recv, Blocks b, DType t, 
 // Ring allgather in place over `work`: rank r starts with block r, ends with all.
 void ring_allgather(TcpMesh& m, char* work, Blocks b, DType t);
 
+// `kop` is the kernel's op (Sum for Average) and `divisor` what the result is
+// divided by (0: nothing): the mesh may be a part of the job (hier_*).
 void tcp_allreduce_ring(TcpMesh& m, Scratch& s, const void* in, void* out, std::size_t count,
-                        DType t, Op op);
+                        DType t, Op kop, int divisor);
 void tcp_allreduce_oneshot(TcpMesh& m, Scratch& s, const void* in, void* out, std::size_t count,
-                           DType t, Op op);
+                           DType t, Op kop, int divisor);
 void tcp_broadcast(TcpMesh& m, void* data, std::size_t count, DType t, int root);
 void tcp_allgatherv(TcpMesh& m, const void* in, void* out, std::span<const std::size_t> counts,
                     DType t);

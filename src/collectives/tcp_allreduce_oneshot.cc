@@ -10,7 +10,7 @@ namespace kolo::collectives {
 // whole input to every other rank; then each reduces all inputs in rank order
 // (the same order everywhere, so the same bits everywhere).
 void tcp_allreduce_oneshot(TcpMesh& m, Scratch& s, const void* in, void* out, std::size_t count,
-                           DType t, Op op) {
+                           DType t, Op kop, int divisor) {
   const int n = m.size(), r = m.rank();
   const std::size_t bytes = count * dtype_size(t);
   char* inbox = s.get(s.a, bytes * n);
@@ -27,7 +27,7 @@ void tcp_allreduce_oneshot(TcpMesh& m, Scratch& s, const void* in, void* out, st
     srcs[q] = inbox + q * bytes;
   }
   m.exchange(sends, recvs, "allreduce (oneshot)");
-  kernels::reduce(t, kernel_op(op), out, srcs.data(), n, count, kernel_divisor(op, n));
+  kernels::reduce(t, kop, out, srcs.data(), n, count, divisor);
 }
 
 }  // namespace kolo::collectives

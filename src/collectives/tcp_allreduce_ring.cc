@@ -9,7 +9,7 @@ namespace kolo::collectives {
 // Bandwidth-optimal: reduce-scatter then allgather around the ring; each rank
 // sends and receives 2(n-1)/n of the message.
 void tcp_allreduce_ring(TcpMesh& m, Scratch& s, const void* in, void* out, std::size_t count,
-                        DType t, Op op) {
+                        DType t, Op kop, int divisor) {
   const int n = m.size();
   const std::size_t es = dtype_size(t);
   if (in != out) std::memcpy(out, in, count * es);
@@ -20,8 +20,7 @@ void tcp_allreduce_ring(TcpMesh& m, Scratch& s, const void* in, void* out, std::
   }
   Blocks b{offsets, counts};
   char* recv = s.get(s.a, (count / n + 1) * es);
-  ring_reduce_scatter(m, static_cast<char*>(out), recv, b, t, kernel_op(op),
-                      kernel_divisor(op, n));
+  ring_reduce_scatter(m, static_cast<char*>(out), recv, b, t, kop, divisor);
   ring_allgather(m, static_cast<char*>(out), b, t);
 }
 

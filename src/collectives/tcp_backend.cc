@@ -11,20 +11,21 @@ namespace {
 
 class TcpBackend final : public Backend {
  public:
-  TcpBackend(rdv::StoreClient& store, const std::string& prefix, int rank, int size)
-      : mesh_(store, prefix, rank, size) {}
+  TcpBackend(rdv::StoreClient& store, const std::string& prefix, int rank, int size,
+             const std::string& address, transport::Members members)
+      : mesh_(store, prefix, rank, size, address, std::move(members)) {}
 
   const char* name() const override { return "tcp"; }
   void begin(const Fingerprint& fp) override { mesh_.begin(fp); }
-  void abort() override { mesh_.abort(); }
+  void abort(const std::string&) override { mesh_.abort(); }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     const std::size_t bytes = count * dtype_size(t);
     if (select_allreduce(false, bytes, std::numeric_limits<std::size_t>::max()) ==
         AllreduceAlgo::OneShot)
-      tcp_allreduce_oneshot(mesh_, scratch_, in, out, count, t, op);
+      tcp_allreduce_oneshot(mesh_, scratch_, in, out, count, t, kernel_op(op), kernel_divisor(op, mesh_.size()));
     else
-      tcp_allreduce_ring(mesh_, scratch_, in, out, count, t, op);
+      tcp_allreduce_ring(mesh_, scratch_, in, out, count, t, kernel_op(op), kernel_divisor(op, mesh_.size()));
   }
   void broadcast(void* data, std::size_t count, DType t, int root) override {
     tcp_broadcast(mesh_, data, count, t, root);
@@ -49,8 +50,9 @@ class TcpBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_tcp_backend(rdv::StoreClient& store, const std::string& prefix,
-                                          int rank, int size) {
-  return std::make_unique<TcpBackend>(store, prefix, rank, size);
+                                          int rank, int size, const std::string& address,
+                                          transport::Members members) {
+  return std::make_unique<TcpBackend>(store, prefix, rank, size, address, std::move(members));
 }
 
 }  // namespace kolo::collectives

@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -20,6 +21,17 @@ std::int64_t env_int(const char* name, std::int64_t def) {
 std::string env_str(const char* name, const std::string& def) {
   const char* v = std::getenv(name);
   return (v == nullptr || *v == '\0') ? def : std::string(v);
+}
+
+PortRange port_range() {
+  const std::string v = env_str("KOLO_PORT_RANGE", "");
+  if (v.empty()) return {};
+  PortRange r;
+  char dash = 0, rest = 0;
+  if (std::sscanf(v.c_str(), "%d%c%d%c", &r.lo, &dash, &r.hi, &rest) != 3 || dash != '-' || r.lo < 1 ||
+      r.hi > 65535 || r.lo > r.hi)
+    fail("KOLO_PORT_RANGE={} is not a port range LO-HI with 1 <= LO <= HI <= 65535", v);
+  return r;
 }
 
 }  // namespace kolo::config

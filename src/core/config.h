@@ -21,11 +21,30 @@ inline std::int64_t shm_chunk_bytes() { return env_int("KOLO_SHM_CHUNK", 256 << 
 inline std::int64_t tcp_buffer_bytes() { return env_int("KOLO_TCP_BUFFER", 4 << 20); }
 // Bytes per pipeline segment of the TCP ring algorithms.
 inline std::int64_t ring_segment_bytes() { return env_int("KOLO_RING_SEGMENT", 1 << 20); }
+// Ranks on several hosts: 1 = hierarchical collectives (shared memory within
+// a host, TCP between hosts), 0 = one flat TCP mesh of all ranks.
+inline bool hierarchical() { return env_int("KOLO_HIERARCHICAL", 1) != 0; }
+
+// --- network ---------------------------------------------------------------
+// The address a rank advertises for its data connections: an interface name
+// ("eth1") or a CIDR ("10.0.0.0/24") picks it; empty: the interface that
+// routes to the store's host (transport/nic.h).
+inline std::string iface() { return env_str("KOLO_IFACE", ""); }
+// "lo-hi": the only ports kolo listens on (data connections, and the store
+// rank 0 hosts where kolo chooses the port); empty: any port.
+struct PortRange {
+  int lo = 0, hi = 0;  // 0, 0: any
+};
+PortRange port_range();
+// Names this process's host in messages and splits ranks into hosts in tests
+// ("emulated" hosts on one machine); empty: gethostname().
+inline std::string hostname_override() { return env_str("KOLO_HOSTNAME", ""); }
 
 // --- algorithm selection ---------------------------------------------------
 // Allreduce messages up to this many bytes use the latency-optimal algorithm.
 inline std::int64_t allreduce_small_bytes() { return env_int("KOLO_ALLREDUCE_SMALL", 64 << 10); }
-// Force one allreduce algorithm: "auto", "ring", "oneshot" (TCP); "shm" has one of its own.
+// Force one allreduce algorithm: "auto", "oneshot", or the large one of the transport: "chunked"
+// (shm), "ring" (tcp), "sharded" (ranks on several hosts, hierarchical).
 inline std::string allreduce_algo() { return env_str("KOLO_ALLREDUCE_ALGO", "auto"); }
 
 // --- failure handling ------------------------------------------------------

@@ -55,9 +55,11 @@ void Context::fail_collective(const Error& e, bool first_hand) {
         do {
           for (int q = 0; q < size; ++q) {
             const std::string key = fmt::format("{}/error/{}", prefix, q);
-            if (q != rank && store->check({key}))
-              causes += "\n  reported by rank " + std::to_string(q) + ": " +
-                        store->get(key, std::chrono::milliseconds(1000));
+            if (q == rank || !store->check({key})) continue;
+            const std::string report = store->get(key, std::chrono::milliseconds(1000));
+            // A shared-memory peer's abort already carries its reason.
+            if (msg.find(report) == std::string::npos)
+              causes += "\n  reported by rank " + std::to_string(q) + ": " + report;
           }
           if (!causes.empty()) break;
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -72,7 +74,7 @@ void Context::fail_collective(const Error& e, bool first_hand) {
       // The store may be gone with the rank that hosted it: report what we know.
     }
   }
-  if (backend) backend->abort();
+  if (backend) backend->abort(msg);
   if (first_hand) throw Error(msg);
   throw IoError(msg);
 }

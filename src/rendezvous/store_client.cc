@@ -73,6 +73,7 @@ StoreClient::StoreClient(const std::string& host, int port, Millis connect_timeo
           auth::connect_handshake(impl_->fd.get(), key, auth::Channel::Store, me, hs_deadline);
       switch (o.status) {
         case auth::Outcome::Accepted:
+          set_peer_timeout(impl_->fd.get());
           if (o.open)
             log(LogLevel::Info, "rendezvous: the store at {}:{} does not check the job's secret "
                 "(started without the job's key)", host, port);

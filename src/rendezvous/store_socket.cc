@@ -8,9 +8,13 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <memory>
+#include <random>
 
+#include "core/config.h"
 #include "core/error.h"
 
 namespace kolo::rdv {
@@ -50,7 +54,37 @@ AddrList resolve(const std::string& host, int port, bool passive, std::string* w
   return AddrList(res, freeaddrinfo);
 }
 
+void set_port(sockaddr* a, int port) {
+  if (a->sa_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(a)->sin6_port = htons(static_cast<std::uint16_t>(port));
+  else
+    reinterpret_cast<sockaddr_in*>(a)->sin_port = htons(static_cast<std::uint16_t>(port));
+}
+
+int port_of(const sockaddr* a) {
+  return a->sa_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6*>(a)->sin6_port)
+                                  : ntohs(reinterpret_cast<const sockaddr_in*>(a)->sin_port);
+}
+
 }  // namespace
+
+void bind_port(int fd, sockaddr* addr, socklen_t len, const std::string& what) {
+  static const config::PortRange range = config::port_range();
+  if (port_of(addr) != 0 || range.lo == 0) {
+    if (::bind(fd, addr, len) != 0) fail("{}: {}", what, errno_text(errno));
+    return;
+  }
+  const int n = range.hi - range.lo + 1;
+  std::random_device rd;
+  const int start = static_cast<int>(rd() % static_cast<unsigned>(n));
+  for (int i = 0; i < n; ++i) {
+    set_port(addr, range.lo + (start + i) % n);
+    if (::bind(fd, addr, len) == 0) return;
+    if (errno != EADDRINUSE && errno != EACCES) fail("{}: {}", what, errno_text(errno));
+  }
+  set_port(addr, 0);
+  fail("{}: every port of KOLO_PORT_RANGE={}-{} is in use on this host", what, range.lo, range.hi);
+}
 
 Fd listen_tcp(const std::string& host, int port, int* bound_port) {
   std::string why;
@@ -63,8 +97,7 @@ Fd listen_tcp(const std::string& host, int port, int* bound_port) {
   // previous run's connections to leave TIME_WAIT.
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0)
-    fail("rendezvous: cannot listen on {}:{}: {}", host, port, errno_text(errno));
+  bind_port(fd.get(), a->ai_addr, a->ai_addrlen, fmt::format("rendezvous: cannot listen on {}:{}", host, port));
   if (::listen(fd.get(), SOMAXCONN) != 0)
     fail("rendezvous: listen() on {}:{}: {}", host, port, errno_text(errno));
   sockaddr_storage ss{};
@@ -129,6 +162,17 @@ std::string address_text(const sockaddr* a, bool with_port) {
     return with_port ? fmt::format("[{}]:{}", ip, port) : std::string(ip);
   }
   return "?";
+}
+
+void set_peer_timeout(int fd) {
+  const int peer_ms = static_cast<int>(config::peer_timeout_ms());
+  if (peer_ms <= 0) return;
+  int one = 1, idle = std::max(1, peer_ms / 2000), interval = 1, probes = std::max(1, peer_ms / 2000);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &peer_ms, sizeof peer_ms);
 }
 
 void set_nodelay(int fd) {

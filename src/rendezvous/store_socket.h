@@ -23,10 +23,17 @@ class Fd {
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
   void reset();
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_ = -1;
 };
+
+// bind() to addr; port 0 takes a free port of KOLO_PORT_RANGE when that is
+// set (any port otherwise), trying them from a random start so that
+// concurrent ranks rarely collide. Throws kolo::Error naming the range when
+// every port of it is taken.
+void bind_port(int fd, sockaddr* addr, socklen_t len, const std::string& what);
 
 // A non-blocking listening socket on host:port (port 0: the kernel picks);
 // *bound_port receives the port. Throws kolo::Error.
@@ -39,6 +46,11 @@ Fd try_connect(const std::string& host, int port, std::chrono::milliseconds time
 
 // "10.1.2.3" or, with the port, "10.1.2.3:29500" ("[::1]:29500" for IPv6).
 std::string address_text(const sockaddr* a, bool with_port);
+
+// A vanished host sends no FIN: probe idle connections and bound how long
+// sent data may stay unacknowledged (KOLO_PEER_TIMEOUT_MS), so that such a
+// peer, or a store cut off by a link that went down, errors out in bounded time.
+void set_peer_timeout(int fd);
 
 // Latency matters more than throughput for the store's small messages.
 void set_nodelay(int fd);

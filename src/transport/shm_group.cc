@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -40,8 +41,8 @@ std::string random_suffix() {
 }  // namespace
 
 ShmGroup::ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id,
-                   int rank, int size)
-    : rank_(rank), size_(size), timeout_ms_(config::timeout_ms()),
+                   int rank, int size, Members members)
+    : rank_(rank), size_(size), members_(std::move(members)), timeout_ms_(config::timeout_ms()),
       stall_warn_ms_(config::stall_warn_ms()),
       spins_(size <= static_cast<int>(std::thread::hardware_concurrency()) ? 20000 : 50),
       sources_(size), pidfds_(size, -1) {
@@ -119,8 +120,12 @@ bool ShmGroup::peer_exited(int peer, int pid) {
   return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
-void ShmGroup::abort() {
+void ShmGroup::abort(const std::string& reason) {
   Flag& f = flags_[rank_];
+  char* text = calls_[rank_].reason;
+  const std::size_t n = std::min(reason.size(), sizeof calls_[rank_].reason - 1);
+  std::memcpy(text, reason.data(), n);
+  text[n] = '\0';
   f.aborted.store(1, std::memory_order_seq_cst);
   syscall(SYS_futex, futex_word(f.epoch), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
@@ -154,7 +159,22 @@ void ShmGroup::check_fingerprints() {
   const unsigned parity = current_.seq % 2;
   for (int q = 0; q < size_; ++q)
     if (flags_[q].digest[parity].load(std::memory_order_relaxed) != current_digest_)
-      fail_mismatch(current_, previous_, rank_, calls_[q].fp[parity], q);
+      fail_mismatch(current_, previous_, members_.global(rank_), calls_[q].fp[parity], members_.global(q));
+}
+
+void ShmGroup::fail_aborted(int peer, const char* what) {
+  std::string reason(calls_[peer].reason, strnlen(calls_[peer].reason, sizeof calls_[peer].reason));
+  fail_io("{}: {} failed and left the collective{}{}", what, members_.name(peer), reason.empty() ? "" : ": ",
+          reason);
+}
+
+void ShmGroup::check_peers(const char* what) {
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    if (flags_[q].aborted.load(std::memory_order_acquire)) fail_aborted(q, what);
+    const pid_t pid = flags_[q].pid.load(std::memory_order_relaxed);
+    if (pid > 0 && peer_exited(q, pid)) fail_io("{}: {} (pid {}) died", what, members_.name(q), pid);
+  }
 }
 
 // Spin briefly (the peer is usually well under a microsecond behind), yield,
@@ -163,8 +183,7 @@ void ShmGroup::check_fingerprints() {
 void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   Flag& f = flags_[peer];
   auto check_aborted = [&] {
-    if (f.aborted.load(std::memory_order_relaxed))
-      fail_io("{}: rank {} failed and left the collective", what, peer);
+    if (f.aborted.load(std::memory_order_acquire)) fail_aborted(peer, what);
   };
   for (int i = 0; i < spins_; ++i) {
     if (f.epoch.load(std::memory_order_acquire) >= e) return;
@@ -195,7 +214,7 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
 
     pid_t pid = f.pid.load(std::memory_order_relaxed);
     if (pid > 0 && peer_exited(peer, pid))
-      fail_io("{}: rank {} (pid {}) died", what, peer, pid);
+      fail_io("{}: {} (pid {}) died", what, members_.name(peer), pid);
     const auto now = Clock::now();
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
     if (now >= warn_at) {
@@ -203,11 +222,11 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
       const Fingerprint& a = calls_[peer].fp[0];
       const Fingerprint& b = calls_[peer].fp[1];
       const Fingerprint& theirs = a.seq > b.seq ? a : b;
-      log(LogLevel::Warn, "stall: collective #{} {} ({}) has waited {} ms for rank {}, which is at collective #{} {}",
-          current_.seq, current_.call(), what, waited, peer, theirs.seq, theirs.seq ? theirs.call() : "(none yet)");
+      log(LogLevel::Warn, "stall: collective #{} {} ({}) has waited {} ms for {}, which is at collective #{} {}",
+          current_.seq, current_.call(), what, waited, members_.name(peer), theirs.seq, theirs.seq ? theirs.call() : "(none yet)");
     }
     if (timeout_ms_ > 0 && waited > timeout_ms_)
-      fail_timeout("{}: timed out after {} ms waiting for rank {}", what, waited, peer);
+      fail_timeout("{}: timed out after {} ms waiting for {}", what, waited, members_.name(peer));
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include "core/fingerprint.h"
 #include "rendezvous/store.h"
+#include "transport/members.h"
 
 namespace kolo::transport {
 
@@ -30,8 +31,10 @@ class ShmGroup {
  public:
   static constexpr int kSlots = 3;
 
+  // `rank` and `size` are within the group; `members` maps them to the
+  // job's ranks for messages (a sub-group has its own store prefix).
   ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id, int rank,
-           int size);
+           int size, Members members = {});
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
@@ -49,13 +52,18 @@ class ShmGroup {
   // Starts a collective: its fingerprint is compared with every rank's at the
   // collective's first wait_all (every shm collective synchronises at least once).
   void begin(const Fingerprint& fp);
-  // Tells every rank waiting on this one that it failed (they fail at once).
-  void abort();
+  // Tells every rank waiting on this one that it failed (they fail at once,
+  // with `reason` in their error: it reaches them without the store, which
+  // may have gone with the rank that hosted it).
+  void abort(const std::string& reason);
   // Marks this rank as having written its slot for epoch e.
   void publish(std::uint64_t e);
   // Waits until every rank has published e; fails naming the rank that died
   // or did not arrive in time.
   void wait_all(std::uint64_t e, const char* what);
+  // Fails (IoError) if a peer has aborted or died: for a rank that waits on
+  // something else (a TCP transfer) while its host's ranks may fail.
+  void check_peers(const char* what);
   // publish + wait_all of a fresh epoch.
   // Scratch for the list of source pointers a reduction takes (size() entries).
   const void** sources() { return sources_.data(); }
@@ -86,7 +94,9 @@ class ShmGroup {
   };
   struct alignas(128) Calls {
     Fingerprint fp[2];
+    char reason[1024];  // why this rank aborted, written before `aborted` is set
   };
+  [[noreturn]] void fail_aborted(int peer, const char* what);
   void check_fingerprints();
   void wait_for(int peer, std::uint64_t e, const char* what);
   // Whether the peer's process has exited, also when its parent has not
@@ -96,6 +106,7 @@ class ShmGroup {
 
   int rank_;
   int size_;
+  Members members_;
   std::size_t chunk_;
   std::size_t bytes_ = 0;
   void* base_ = nullptr;

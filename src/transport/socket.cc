@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "rendezvous/store_socket.h"
 
 namespace kolo::transport {
 
@@ -51,8 +52,8 @@ Listener listen_on(const std::string& host) {
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr = resolve(host, 0);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    fail("bind({}): {}", host, errno_text(errno));
+  rdv::bind_port(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr,
+                 fmt::format("data connections: cannot listen on {}", host));
   if (::listen(fd.get(), 128) != 0) fail("listen(): {}", errno_text(errno));
   socklen_t len = sizeof addr;
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
@@ -71,16 +72,19 @@ Fd accept_until(const Listener& l, Clock::time_point deadline, const std::string
   }
 }
 
+// Each attempt is bounded (a SYN to an address nobody answers, such as a
+// filtered or unroutable one, would otherwise block for minutes past the
+// deadline), so an unreachable address is an error naming it in time.
 Fd connect_until(const std::string& host, int port, Clock::time_point deadline,
                  const std::string& what) {
-  sockaddr_in addr = resolve(host, port);
   for (;;) {
-    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd) fail("socket(): {}", errno_text(errno));
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
-    int err = errno;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    std::string why;
+    rdv::Fd fd = rdv::try_connect(host, port, std::clamp(left, std::chrono::milliseconds(1),
+                                                         std::chrono::milliseconds(2000)), &why);
+    if (fd.valid()) return Fd(fd.release());
     if (Clock::now() >= deadline)
-      fail("cannot connect to {} at {}:{}: {}", what, host, port, errno_text(err));
+      fail("cannot connect to {} {}:{}: {}", what, host, port, why);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -88,17 +92,7 @@ Fd connect_until(const std::string& host, int port, Clock::time_point deadline,
 void tune_data_socket(int fd, int buffer_bytes) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  // A vanished host sends no FIN: probe idle connections and bound how long
-  // sent data may stay unacknowledged, so such a peer errors out in bounded time.
-  const int peer_ms = static_cast<int>(config::peer_timeout_ms());
-  if (peer_ms > 0) {
-    int idle = std::max(1, peer_ms / 2000), interval = 1, probes = std::max(1, peer_ms / 2000);
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &peer_ms, sizeof peer_ms);
-  }
+  rdv::set_peer_timeout(fd);
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
 }

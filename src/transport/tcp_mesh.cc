@@ -37,14 +37,15 @@ std::pair<std::string, int> split_addr(const std::string& addr) {
 // a connection that sends garbage, a wrong MAC or nothing at all (a port
 // scanner, a rank of another job) is rejected and logged while the ranks it
 // waits for go on connecting; an intruder never takes a rank's slot.
-TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size)
-    : rank_(rank), size_(size), hdr_sent_(size, kHeader), hdr_recvd_(size, kHeader),
+TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size,
+                 const std::string& address, Members members)
+    : rank_(rank), size_(size), members_(std::move(members)), hdr_sent_(size, kHeader), hdr_recvd_(size, kHeader),
       hdr_in_(size), peers_(size),
       timeout_(std::chrono::milliseconds(config::timeout_ms() > 0 ? config::timeout_ms()
                                                                    : std::int64_t{1} << 40)),
       stall_warn_(std::chrono::milliseconds(config::stall_warn_ms())) {
   listener_ = listen_on("0.0.0.0");
-  const std::string me = fmt::format("{}:{}", store.local_address(), listener_.port);
+  const std::string me = fmt::format("{}:{}", address, listener_.port);
   log(LogLevel::Debug, "data connections: listening on {}", me);
   store.set(fmt::format("{}/addr/{}", prefix, rank), me);
   const auto rdv_timeout = std::chrono::milliseconds(config::rendezvous_timeout_ms());
@@ -53,7 +54,8 @@ TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, i
 
   for (int peer = 0; peer < rank; ++peer) {
     auto [host, port] = split_addr(store.get(fmt::format("{}/addr/{}", prefix, peer), rdv_timeout));
-    Fd fd = connect_until(host, port, deadline, fmt::format("rank {}", peer));
+    const std::string who = members_.name(peer);
+    Fd fd = connect_until(host, port, deadline, fmt::format("{}, at the address it advertised,", who));
     // The peer answers once it is done connecting to the ranks below it: the
     // handshake may take until the rendezvous deadline.
     const auth::Outcome o = auth::connect_handshake(fd.get(), key, auth::Channel::Data, {rank, size, peer}, deadline);
@@ -61,24 +63,26 @@ TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, i
       case auth::Outcome::Accepted:
         break;
       case auth::Outcome::Rejected:
-        fail("rank {} at {}:{} rejected this rank's credentials (different job or KOLO_SECRET?)", peer, host, port);
+        fail("{} at {}:{} rejected this rank's credentials (different job or KOLO_SECRET?)", who, host, port);
       case auth::Outcome::Forged:
-        fail("the data address {}:{} of rank {} answered without the job's secret ({}): is a process "
-             "of another job listening there?", host, port, peer, o.detail);
+        fail("the data address {}:{} of {} answered without the job's secret ({}): is a process "
+             "of another job listening there?", host, port, who, o.detail);
       case auth::Outcome::NotKolo:
       case auth::Outcome::WrongPeer:
-        fail("the data address {}:{} of rank {} is not that rank of this job ({})", host, port, peer, o.detail);
+        fail("the data address {}:{} of {} is not that rank of this job ({}); if that address exists on "
+             "several hosts (a local bridge such as docker0), choose the network with KOLO_IFACE",
+             host, port, who, o.detail);
       case auth::Outcome::TimedOut:
-        fail("timed out waiting for rank {} at {}:{} to authenticate within {} ms", peer, host, port,
+        fail("timed out waiting for {} at {}:{} to authenticate within {} ms", who, host, port,
              rdv_timeout.count());
       case auth::Outcome::Closed:
       case auth::Outcome::IoFailed:
-        fail_io("rank {} at {}:{} dropped the connection during the handshake ({}); did it exit?", peer,
+        fail_io("{} at {}:{} dropped the connection during the handshake ({}); did it exit?", who,
                 host, port, o.detail);
     }
     peers_[peer] = std::move(fd);
   }
-  accept_peers(key, deadline);
+  accept_peers(key, deadline, me);
   const int buf = static_cast<int>(config::tcp_buffer_bytes());
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
@@ -108,14 +112,14 @@ void reject(Pending& p, const std::string& why) {
 
 }  // namespace
 
-void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline) {
+void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline, const std::string& me) {
   std::vector<Pending> pending;
   std::vector<pollfd> fds;
   set_nonblocking(listener_.fd.get(), true);
   auto missing = [&] {
     std::string s;
     for (int r = rank_ + 1; r < size_; ++r)
-      if (!peers_[r]) s += (s.empty() ? "" : ", ") + std::to_string(r);
+      if (!peers_[r]) s += (s.empty() ? "" : ", ") + members_.name(r);
     return s;
   };
   for (;;) {
@@ -125,7 +129,9 @@ void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline) {
     for (auto& p : pending)
       if (p.until <= now) reject(p, fmt::format("no credentials within {} ms", auth::kAnswerTimeout.count()));
     std::erase_if(pending, [](const Pending& p) { return !p.fd; });
-    if (now >= deadline) fail("timed out waiting for rank(s) {} to connect", missing());
+    if (now >= deadline)
+      fail("timed out waiting for {} to connect to the address this rank advertised, {}: is it reachable "
+           "from their hosts? (KOLO_IFACE chooses the network)", missing(), me);
     auto wake = deadline;
     fds.assign({{listener_.fd.get(), POLLIN, 0}});
     for (auto& p : pending) {
@@ -163,17 +169,17 @@ void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline) {
       // The MAC is right, so this is a process of this job; check that it is
       // one this rank waits for (a rank started twice, a mixed-up size).
       if (who->size != size_ || who->peer != rank_ || who->rank <= rank_ || who->rank >= size_) {
-        reject(p, fmt::format("this job's credentials, but rank {} of {} for rank {}: this rank of {} "
-                              "waits for ranks {}", who->rank, who->size, who->peer, size_, missing()));
+        reject(p, fmt::format("this job's credentials, but member {} of {} for member {}: this member {} of {} "
+                              "waits for {}", who->rank, who->size, who->peer, rank_, size_, missing()));
         continue;
       }
       if (peers_[who->rank]) {
-        reject(p, fmt::format("rank {} is already connected", who->rank));
+        reject(p, fmt::format("{} is already connected", members_.name(who->rank)));
         continue;
       }
       const auth::Verdict v = auth::make_verdict(&key, p.challenge, p.answer, true);
-      write_all(p.fd.get(), v.data(), v.size(), fmt::format("rank {}", who->rank));
-      log(LogLevel::Debug, "data connections: rank {} connected from {}", who->rank, p.from);
+      write_all(p.fd.get(), v.data(), v.size(), members_.name(who->rank));
+      log(LogLevel::Debug, "data connections: {} connected from {}", members_.name(who->rank), p.from);
       peers_[who->rank] = std::move(p.fd);
     }
 
@@ -238,7 +244,7 @@ std::size_t TcpMesh::send_some(int peer, const char* data, std::size_t len) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    fail_io("lost connection to rank {} while sending: {}", peer, errno_text(errno));
+    fail_io("lost connection to {} while sending: {}", members_.name(peer), errno_text(errno));
   }
 }
 
@@ -253,13 +259,13 @@ std::size_t TcpMesh::recv_some(int peer, char* data, std::size_t len, const char
       hdr += h;
       // Check the peer's call before anything it sent is used.
       if (want_header && hdr == kHeader && !(hdr_in_[peer] == current_))
-        fail_mismatch(current_, previous_, rank_, hdr_in_[peer], peer);
+        fail_mismatch(current_, previous_, members_.global(rank_), hdr_in_[peer], members_.global(peer));
       return static_cast<std::size_t>(n) - h;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    if (n == 0) fail_io("{}: rank {} closed its connection (did it exit?)", what, peer);
-    fail_io("{}: lost connection to rank {}: {}", what, peer, errno_text(errno));
+    if (n == 0) fail_io("{}: {} closed its connection (did it exit?)", what, members_.name(peer));
+    fail_io("{}: lost connection to {}: {}", what, members_.name(peer), errno_text(errno));
   }
 }
 
@@ -291,10 +297,10 @@ void TcpMesh::warn_stall(std::span<SendOp> sends, std::span<RecvOp> recvs, const
   std::string waiting;
   for (auto& r : recvs)
     if (r.done < r.len || hdr_recvd_[r.peer] < kHeader)
-      waiting += fmt::format(" {} ({} of {} bytes received)", r.peer, r.done, r.len);
+      waiting += fmt::format(" {} ({} of {} bytes received)", members_.name(r.peer), r.done, r.len);
   for (auto& s : sends)
-    if (s.done < s.avail) waiting += fmt::format(" {} (not taking data)", s.peer);
-  log(LogLevel::Warn, "stall: collective #{} {} ({}) has made no progress for {} ms; waiting for rank(s){}",
+    if (s.done < s.avail) waiting += fmt::format(" {} (not taking data)", members_.name(s.peer));
+  log(LogLevel::Warn, "stall: collective #{} {} ({}) has made no progress for {} ms; waiting for{}",
       current_.seq, current_.call(), what, stall_warn_.count(), waiting);
 }
 
@@ -312,12 +318,14 @@ void TcpMesh::wait_io(std::span<SendOp> sends, std::span<RecvOp> recvs,
   if (left.count() <= 0) {
     std::string waiting;
     for (auto& r : recvs)
-      if (r.done < r.len) waiting += fmt::format(" {}", r.peer);
-    fail_timeout("{}: no progress for {} ms; still waiting for data from rank(s){}", what,
+      if (r.done < r.len) waiting += fmt::format(" {}", members_.name(r.peer));
+    fail_timeout("{}: no progress for {} ms; still waiting for data from{}", what,
             timeout_.count(), waiting);
   }
-  int rc = ::poll(pollfds_.data(), pollfds_.size(), static_cast<int>(std::min<long>(left.count(), 1000)));
+  const long tick = watch_ ? 20 : 1000;
+  int rc = ::poll(pollfds_.data(), pollfds_.size(), static_cast<int>(std::min<long>(left.count(), tick)));
   if (rc < 0 && errno != EINTR) fail("poll(): {}", errno_text(errno));
+  if (rc == 0 && watch_) watch_(what);
 }
 
 }  // namespace kolo::transport

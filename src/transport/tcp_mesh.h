@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "core/fingerprint.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/store.h"
+#include "transport/members.h"
 #include "transport/socket.h"
 
 namespace kolo::transport {
@@ -38,11 +40,15 @@ struct RecvOp {
 
 class TcpMesh {
  public:
-  // Listens, publishes this rank's address under `prefix` in the store,
-  // connects to every other rank and authenticates each connection with the
-  // job's key (the store client's), both ways. Connections that fail to are
-  // rejected and logged while the mesh waits for the real ranks.
-  TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size);
+  // Listens (on a port of KOLO_PORT_RANGE), publishes `address` (this
+  // rank's advertised IP, transport/nic.h) and the port under `prefix` in the
+  // store, connects to every other member and authenticates each connection
+  // with the job's key (the store client's), both ways. Connections that fail
+  // to are rejected and logged while the mesh waits for the real ranks.
+  // `rank` and `size` are within the mesh; `members` maps them to the job's
+  // ranks and hosts for messages (a sub-group's mesh has its own prefix).
+  TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, int size,
+          const std::string& address, Members members = {});
 
   // Starts a collective: the first bytes this rank sends to each peer in it
   // are preceded by fp, and the first bytes from each peer must be preceded
@@ -54,6 +60,12 @@ class TcpMesh {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+
+  // Called while a transfer waits (at least every 20 ms); it throws to fail
+  // the transfer. A host's ranks are blocked on their own connections while
+  // a local peer may fail on its own: the hierarchical backend checks the
+  // host's shared-memory group here, so the failure spreads at once.
+  void set_watch(std::function<void(const char* what)> watch) { watch_ = std::move(watch); }
 
   // Progresses all sends and receives until every one is complete.
   // on_progress(recvs) is called whenever a receive made progress; it may
@@ -69,7 +81,8 @@ class TcpMesh {
 
  private:
   // Accepts the connections of the ranks above this one, authenticating each.
-  void accept_peers(const auth::Key& key, Clock::time_point deadline);
+  // `me`: the advertised address, for the error when peers never come.
+  void accept_peers(const auth::Key& key, Clock::time_point deadline, const std::string& me);
 
   // One pass of non-blocking I/O; returns whether any receive progressed and
   // sets `moved` if any byte moved at all.
@@ -86,6 +99,7 @@ class TcpMesh {
   static constexpr std::size_t kHeader = sizeof(Fingerprint);
   int rank_;
   int size_;
+  Members members_;
   Fingerprint current_, previous_;
   std::vector<std::size_t> hdr_sent_, hdr_recvd_;  // header bytes moved, per peer
   std::vector<Fingerprint> hdr_in_;
@@ -94,6 +108,7 @@ class TcpMesh {
   std::vector<pollfd> pollfds_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds stall_warn_;
+  std::function<void(const char*)> watch_;
 };
 
 template <class OnProgress>

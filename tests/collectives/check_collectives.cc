@@ -5,7 +5,9 @@
 // mpirun); prints "collectives: N checks passed, M failed" and exits 1 on any
 // failure.
 //
-//   check_collectives [--large] [--filter allreduce]
+//   check_collectives [--large] [--filter allreduce] [--expect-transport hier]
+// --expect-transport fails every rank whose communicator chose another
+// transport (the emulated-hosts tests check that the hierarchy is in use).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -215,16 +217,20 @@ void check_bit_identical(Checker& ck, std::size_t count) {
 
 int main(int argc, char** argv) {
   bool large = false;
-  std::string filter;
+  std::string filter, transport;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--large") large = true;
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
-    else { std::fprintf(stderr, "usage: check_collectives [--large] [--filter NAME]\n"); return 2; }
+    else if (a == "--expect-transport" && i + 1 < argc) transport = argv[++i];
+    else { std::fprintf(stderr, "usage: check_collectives [--large] [--filter NAME] [--expect-transport NAME]\n"); return 2; }
   }
   try {
     Communicator comm = init();
     Checker ck{comm};
+    if (!transport.empty())
+      ck.verdict(comm.transport() == transport,
+                 fmt::format("transport is {}, expected {}", comm.transport(), transport));
     const int n = comm.size();
     auto want = [&](const char* name) { return filter.empty() || filter == name; };
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Mismatched collectives on 3 ranks, both transports: every rank must fail
-# with the mismatch error showing both calls, and kolorun must exit non-zero.
+# Mismatched collectives on 3 ranks, both transports, and hierarchical
+# between emulated hosts (as_host.sh; the odd rank 1 a host's second rank,
+# "a a b", or a host's leader, "a b b"): every rank must fail with the
+# mismatch error showing both calls, and kolorun must exit non-zero.
 #   mismatch_test.sh KOLORUN MISMATCH_BINARY
 set -u
 KOLORUN=$1 BIN=$2
@@ -10,9 +12,12 @@ dir=$(mktemp -d)
 trap 'rm -rf "$out" "$dir"' EXIT
 
 check() {  # transport kind expected-call-of-rank-1 expected-call-of-rank-0
-  local transport=$1 kind=$2 odd=$3 even=$4
+  local transport=$1 kind=$2 odd=$3 even=$4 kolo_transport=$1 wrap=()
+  case $transport in
+    hier-*) kolo_transport=auto wrap=("$(dirname "$0")/as_host.sh" "$(sed 's/hier-//; s/./& /g' <<< "$transport")") ;;
+  esac
   rm -f "$dir"/done.*
-  KOLO_TRANSPORT=$transport timeout 120 "$KOLORUN" -np 3 "$BIN" "$kind" "$dir" > "$out" 2>&1
+  KOLO_TRANSPORT=$kolo_transport timeout 120 "$KOLORUN" -np 3 "${wrap[@]}" "$BIN" "$kind" "$dir" > "$out" 2>&1
   local rc=$?
   local ok=1
   [ $rc -ne 0 ] || { echo "FAILED $transport/$kind: kolorun exited 0"; ok=0; }
@@ -29,7 +34,7 @@ check() {  # transport kind expected-call-of-rank-1 expected-call-of-rank-0
   if [ $ok -eq 1 ]; then echo "ok: $transport/$kind"; else fail=1; echo "--- output:"; cat "$out"; fi
 }
 
-for t in shm tcp; do
+for t in shm tcp hier-aab hier-abb; do
   check $t op "broadcast(f32, 1000, root=0)" "allreduce(f32, 1000, sum)"
   check $t dtype "allreduce(f64, 1000, sum)" "allreduce(f32, 1000, sum)"
   check $t count "allreduce(f32, 999, sum)" "allreduce(f32, 1000, sum)"

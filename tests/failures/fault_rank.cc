@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
 
   const char* rank_env = std::getenv("KOLO_RANK");
+  if (rank_env == nullptr) rank_env = std::getenv("RANK");  // started with torchrun-style variables
   const std::string r = rank_env ? rank_env : "0";
   write_file(dir + "/rank." + r + ".pid", std::to_string(getpid()));
   if (r == "0") {

@@ -31,6 +31,10 @@
 # SIGKILLing the frozen rank after its grace period.
 # launcher: every rank is gone within END_BOUND_S and no segment is left.
 #
+# FAULT_TRANSPORTS (default "shm tcp") lists the transports the runs cycle
+# through; "hier" runs the 4 ranks as two emulated hosts a, b of 2 ranks
+# each (KOLO_HOSTNAME, ../collectives/as_host.sh): hierarchical collectives.
+#
 # Bounds are generous for a loaded 2-core machine; kolo's documented
 # detection bound is 10 s (KOLO_PEER_TIMEOUT_MS, dead pid / EOF seen at once).
 set -u
@@ -93,7 +97,8 @@ check_cleanup() {
 # The named-rank error of survivor r: the lines kolorun relayed as "[r] ".
 check_survivors() {
   local out=$1 victim=$2 t_death=$3 what=$4 ok=0 r
-  local names="rank $victim \(pid [0-9]+\) died|rank $victim closed its connection|lost connection to rank $victim[: ]"
+  local host="( \(host [^)]+\))?"
+  local names="rank $victim \(pid [0-9]+\) died|rank $victim$host closed its connection|lost connection to rank $victim$host[: ]"
   local bound=$DETECT_BOUND_S
   if [ "$MODE" == stopped ]; then
     names="unresponsive: rank $victim \(not waiting in any collective"
@@ -126,8 +131,15 @@ check_survivors() {
 
 detect_times=""
 end_times=""
+read -r -a transports <<< "${FAULT_TRANSPORTS:-shm tcp}"
 for ((run = 0; run < RUNS; run++)); do
-  transport=$([ $((run % 2)) -eq 0 ] && echo shm || echo tcp)
+  transport=${transports[run % ${#transports[@]}]}
+  wrap=()
+  kolo_transport=$transport
+  if [ "$transport" == hier ]; then
+    wrap=("$(dirname "$0")/../collectives/as_host.sh" "a a b b")
+    kolo_transport=auto
+  fi
   dir="$base/run$run"
   mkdir -p "$dir"
   out="$dir/out"
@@ -138,8 +150,8 @@ for ((run = 0; run < RUNS; run++)); do
   [ "$MODE" == stopped ] && grace=5 timeout_ms=5000
   # In a subshell that exits normally: no "Killed" notice from this shell
   # when kolorun is the one killed.
-  (KOLO_TIMEOUT_MS=$timeout_ms KOLO_TRANSPORT=$transport timeout -s KILL 300 \
-    "$KOLORUN" -np "$NP" --grace-period $grace "$BIN" "${args[@]}" > "$out" 2>&1; exit $?) 2>/dev/null &
+  (KOLO_TIMEOUT_MS=$timeout_ms KOLO_TRANSPORT=$kolo_transport timeout -s KILL 300 \
+    "$KOLORUN" -np "$NP" --grace-period $grace "${wrap[@]}" "$BIN" "${args[@]}" > "$out" 2>&1; exit $?) 2>/dev/null &
   job_pid=$!
   what="$MODE run $run ($transport, victim $victim)"
   [ "$MODE" == launcher ] && what="$MODE run $run ($transport)"

@@ -17,6 +17,9 @@
 //                     knows every pid it must see gone.
 //   barrier DIR N     prints env like `env`, creates DIR/<job>.<rank>, and
 //                     exits once DIR holds N such files (jobs that overlap).
+//   where [VAR...]    one line "rank=R local=L/S host=HOSTNAME cwd=DIR" and
+//                     "VAR=value" (or "VAR unset") per VAR: where a rank ran
+//                     and what it was given (multi-host tests).
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -192,6 +195,19 @@ int main(int argc, char** argv) {
   }
   if (mode == "exit" && argc > 3) {
     return g_rank == std::atoi(argv[3]) ? std::atoi(argv[2]) : 0;
+  }
+  if (mode == "where") {
+    char host[256] = {}, cwd[4096] = {};
+    ::gethostname(host, sizeof host - 1);
+    if (::getcwd(cwd, sizeof cwd) == nullptr) std::strcpy(cwd, "?");
+    std::printf("rank=%d local=%s/%s host=%s cwd=%s\n", g_rank, env_or("KOLO_LOCAL_RANK", "?"),
+                env_or("KOLO_LOCAL_SIZE", "?"), host, cwd);
+    for (int i = 2; i < argc; ++i) {
+      const char* v = std::getenv(argv[i]);
+      if (v != nullptr) std::printf("%s=%s\n", argv[i], v);
+      else std::printf("%s unset\n", argv[i]);
+    }
+    return 0;
   }
   if (mode == "sleep") return mode_sleep(argc, argv);
   if (mode == "barrier") return mode_barrier(argc, argv);

@@ -40,7 +40,7 @@ std::thread start_rank(Rank& me, int store_port, const auth::Key& key, int r, in
   return std::thread([&me, store_port, key, r, n] {
     try {
       me.store = std::make_unique<StoreClient>("127.0.0.1", store_port, 5000ms, key, auth::Identity{r, n, -1});
-      me.mesh = std::make_unique<TcpMesh>(*me.store, "mesh", r, n);
+      me.mesh = std::make_unique<TcpMesh>(*me.store, "mesh", r, n, me.store->local_address());
     } catch (const std::exception& e) {
       me.error = e.what();
     }

@@ -1,6 +1,8 @@
-// kolorun: starts the N ranks of a kolo job on this host.
+// kolorun: starts the N ranks of a kolo job on this host, or on several
+// hosts (launch_hosts.h), or is one host's agent of such a job (agent.h).
 //
 //   kolorun -np 4 ./train --epochs 3
+//   kolorun -H a:4,b:4 ./train --epochs 3
 //
 // Order of events: parse and check everything the user typed (usage errors
 // exit 2 before anything starts), block the job's signals, start the
@@ -18,10 +20,12 @@
 #include <memory>
 #include <system_error>
 
+#include "agent.h"
+#include "launch_hosts.h"
 #include "options.h"
+#include "output_files.h"
 #include "rank_env.h"
-#include "rendezvous/auth.h"
-#include "rendezvous/store.h"
+#include "job_store.h"
 #include "shm_sweep.h"
 #include "signals.h"
 #include "spawn.h"
@@ -41,32 +45,6 @@ void ensure_std_fds() {
   }
 }
 
-// --output-dir: rank r's stdout and stderr go straight to DIR/rank.<r>.stdout
-// and .stderr, with no relay in between; `files` gets 2*np descriptors.
-// Returns false (after saying why) when DIR or a file cannot be created.
-bool open_output_files(const Options& o, std::vector<int>& files) {
-  namespace fs = std::filesystem;
-  const fs::path dir = *o.output_dir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    say(fmt::format("cannot create output directory '{}': {}", dir.string(), ec.message()));
-    return false;
-  }
-  for (int r = 0; r < o.np; ++r) {
-    for (const char* stream : {"stdout", "stderr"}) {
-      const fs::path file = dir / fmt::format("rank.{}.{}", r, stream);
-      int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) {
-        say(fmt::format("cannot create '{}': {}", file.string(), std::strerror(errno)));
-        return false;
-      }
-      files.push_back(fd);
-    }
-  }
-  return true;
-}
-
 int run(const Options& o) {
   std::string exe;
   try {
@@ -76,7 +54,7 @@ int run(const Options& o) {
     return 2;
   }
   std::vector<int> files;
-  if (o.output_dir && !open_output_files(o, files)) return 2;
+  if (o.output_dir && !open_output_files(*o.output_dir, o.np, files)) return 2;
 
   block_job_signals();  // before the store's thread exists, see signals.h
   const int signal_fd = open_signal_fd();
@@ -84,13 +62,7 @@ int run(const Options& o) {
   std::unique_ptr<kolo::rdv::StoreServer> store;
   JobIdentity job;
   try {
-    // Port 0: the kernel picks a free port, so concurrent jobs never collide.
-    job.job_id = random_hex(8);
-    job.secret = random_hex(16);
-    // Only the job's ranks, which know the secret, get past the store's handshake.
-    store = std::make_unique<kolo::rdv::StoreServer>("127.0.0.1", 0,
-                                                     kolo::auth::Key::from_secret(job.secret));
-    job.store_addr = fmt::format("127.0.0.1:{}", store->port());
+    store = start_job_store("127.0.0.1", "127.0.0.1", job);
   } catch (const std::exception& e) {
     say(fmt::format("cannot start the rendezvous store: {}", e.what()));
     return 1;
@@ -103,7 +75,10 @@ int run(const Options& o) {
     spec.rank = r;
     spec.path = exe;
     spec.argv = o.command;
-    spec.env = rank_environment(r, o.np, job);
+    std::vector<std::string> vars = o.env;  // -x first: kolorun's own variables win
+    const auto kolo = kolo_variables(r, o.np, r, o.np, job, "");
+    vars.insert(vars.end(), kolo.begin(), kolo.end());
+    spec.env = environment_with(vars);
     if (!files.empty()) {
       spec.stdout_file = files[2 * r];
       spec.stderr_file = files[2 * r + 1];
@@ -139,9 +114,18 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   ensure_std_fds();
+  if (argc == 2 && std::strcmp(argv[1], kolorun::kAgentFlag) == 0) {
+    try {
+      return kolorun::agent_main();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kolorun (agent): %s\n", e.what());
+      return 1;
+    }
+  }
   ParseResult parsed = parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   try {
+    if (!parsed.options->hosts.empty()) return run_hosts(*parsed.options);
     return run(*parsed.options);
   } catch (const std::exception& e) {
     say(e.what());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <cstdio>
+#include <cstdlib>
 #include <string_view>
 
 namespace kolorun {
@@ -13,28 +14,49 @@ namespace kolorun {
 namespace {
 
 constexpr const char* kUsage = "kolorun -np N [options] cmd [args...]";
+constexpr const char* kUsageHosts =
+    "kolorun [-np N] -H host1:slots,host2:slots | --hostfile FILE [options] cmd [args...]";
 
 constexpr const char* kFooter = R"(Every rank runs `cmd args...` (cmd looked up in PATH; args, whatever they look
 like, are passed to it untouched), with stdin from /dev/null and these
 variables added to kolorun's environment:
   KOLO_RANK          this rank, 0..N-1
   KOLO_SIZE          N
-  KOLO_LOCAL_RANK    rank on this host (= KOLO_RANK: all ranks run here)
-  KOLO_LOCAL_SIZE    ranks on this host (= N)
-  KOLO_STORE_ADDR    127.0.0.1:PORT of the rendezvous store kolorun hosts
+  KOLO_LOCAL_RANK    rank among the ranks of its host
+  KOLO_LOCAL_SIZE    ranks on its host
+  KOLO_STORE_ADDR    ADDRESS:PORT of the rendezvous store kolorun hosts
+                     (127.0.0.1 when every rank runs here)
   KOLO_JOB_ID        16 hex digits, random per job
   KOLO_SECRET        32 hex digits from /dev/urandom, the job's shared secret
+  KOLO_IFACE         the --network-interface value, when given
+  and each -x variable.
+
+Several hosts (-H a:4,b:4 or --hostfile): ranks fill the hosts in the order
+given (a gets ranks 0-3, b 4-7); -np defaults to the total slots and may be
+less. A host whose name resolves to an address of this machine runs its ranks
+here; every other host is reached with ssh (BatchMode=yes, never a prompt; or
+--rsh / KOLO_RSH), all checked in parallel before anything starts (an
+unreachable host is an error with ssh's message, exit 1). There, kolorun's
+agent (this same program, at this same absolute path) starts the host's ranks
+in this working directory and relays their output and exits; the job's secret
+reaches it over ssh's stdin, never a command line. The store listens on all
+addresses and is advertised at this host's address on the interface that
+routes to the first remote host (or on --network-interface). A lost host (its
+agent or ssh ended, or nothing from it for --host-timeout seconds) fails the
+job (exit 1) like a failing rank; agents kill their ranks when kolorun or the
+link to it is gone.
 
 When a rank exits non-zero or dies by a signal, kolorun sends SIGTERM to every
-other rank's process group, SIGKILL after the grace period, and exits with that
-rank's code (128+signal for a signal). SIGINT/SIGTERM to kolorun are forwarded
-the same way (exit 130/143); --timeout exits 124; usage errors exit 2.)";
+other rank's process group (on every host), SIGKILL after the grace period, and
+exits with that rank's code (128+signal for a signal). SIGINT/SIGTERM to kolorun
+are forwarded the same way (exit 130/143); --timeout exits 124; usage errors
+exit 2.)";
 
 // CLI11's generated usage line cannot say that the command comes last.
 class UsageFormatter : public CLI::Formatter {
  public:
   std::string make_usage(const CLI::App*, std::string) const override {
-    return std::string("Usage: ") + kUsage + "\n";
+    return std::string("Usage: ") + kUsage + "\n       " + kUsageHosts + "\n";
   }
 };
 
@@ -65,7 +87,12 @@ void split_args(const CLI::App& app, int argc, char** argv, std::vector<std::str
     const CLI::Option* opt = app.get_option_no_throw(name);
     const bool takes_value = opt != nullptr && opt->get_items_expected_min() > 0;
     if (takes_value && tok.find('=') == std::string::npos && i + 1 < argc) {
-      flags.push_back(fmt::format("--{}={}", opt->get_lnames().front(), argv[++i]));
+      if (opt->get_lnames().empty()) {  // a short-only flag (-x): CLI11 reads "-x value"
+        flags.push_back(tok);
+        flags.push_back(argv[++i]);
+      } else {
+        flags.push_back(fmt::format("--{}={}", opt->get_lnames().front(), argv[++i]));
+      }
     } else {
       flags.push_back(tok);
     }
@@ -77,8 +104,8 @@ void split_args(const CLI::App& app, int argc, char** argv, std::vector<std::str
 
 ParseResult parse_options(int argc, char** argv) {
   Options o;
-  CLI::App app{"kolorun: start N ranks of a kolo job on this host, relay their output, and stop "
-               "them all when one fails.",
+  CLI::App app{"kolorun: start N ranks of a kolo job on this host or on several, relay their output, "
+               "and stop them all when one fails.",
                "kolorun"};
   app.formatter(std::make_shared<UsageFormatter>());
   app.footer(kFooter);
@@ -98,6 +125,33 @@ ParseResult parse_options(int argc, char** argv) {
   app.add_option("--grace-period", o.grace_s,
                  "Seconds between SIGTERM and SIGKILL when stopping ranks (default 3)")
       ->type_name("S");
+  std::string host_list, hostfile;
+  std::vector<std::string> exports;
+  app.add_option("-H,--host", host_list,
+                 "Hosts and their slots: host1:N,host2:M (a bare host is 1 slot); ranks fill them in order")
+      ->type_name("LIST");
+  app.add_option("--hostfile", hostfile,
+                 "File of hosts, one per line: 'host slots=N', 'host:N' or 'host'; # starts a comment")
+      ->type_name("FILE");
+  app.add_option("-p,--port", o.ssh_port, "ssh port of the remote hosts")->type_name("PORT");
+  app.add_option("-i,--identity", o.identity, "ssh identity (private key) file")->type_name("FILE");
+  app.add_option("--rsh", o.rsh,
+                 "Command that reaches a remote host instead of ssh, run as CMD [ARGS...] HOST COMMAND "
+                 "(default: $KOLO_RSH, else ssh), e.g. \"ssh -F cfg -o UserKnownHostsFile=f\"")
+      ->type_name("\"CMD [ARGS...]\"");
+  app.add_option("-x", exports,
+                 "Set VAR in every rank, on every host: -x VAR passes kolorun's value, -x VAR=value sets it "
+                 "(repeatable)")
+      ->type_name("VAR[=value]");
+  app.add_option("--network-interface", o.network_interface,
+                 "Interface (name, or a CIDR such as 10.0.0.0/24) whose address the store is advertised at; "
+                 "also given to the ranks as KOLO_IFACE (default: $KOLO_IFACE, else the interface that "
+                 "routes to the first remote host)")
+      ->type_name("NAME|CIDR");
+  app.add_option("--host-timeout", o.host_timeout_s,
+                 "A host from which nothing arrives for S seconds is lost and fails the job "
+                 "(default: KOLO_PEER_TIMEOUT_MS + 5 s, 15 s)")
+      ->type_name("S");
 
   std::vector<std::string> flags;
   split_args(app, argc, argv, flags, o.command);
@@ -115,9 +169,72 @@ ParseResult parse_options(int argc, char** argv) {
     return {std::nullopt, 2};
   }
 
-  if (app.count("--np") == 0) {
+  const bool have_hosts = app.count("--host") > 0 || app.count("--hostfile") > 0;
+  if (app.count("--host") > 0 && app.count("--hostfile") > 0) {
+    usage_error("give either -H or --hostfile, not both");
+    return {std::nullopt, 2};
+  }
+  try {
+    if (app.count("--host") > 0) {
+      o.hosts = parse_host_list(host_list);
+      o.hosts_text = "-H " + host_list;
+    } else if (app.count("--hostfile") > 0) {
+      o.hosts = parse_hostfile(hostfile);
+      o.hosts_text = "--hostfile " + hostfile;
+    }
+  } catch (const HostListError& e) {
+    usage_error(e.what());
+    return {std::nullopt, 2};
+  }
+  if (!have_hosts) {
+    for (const char* flag : {"--port", "--identity", "--rsh", "--host-timeout"}) {
+      if (app.count(flag) > 0) {
+        usage_error(fmt::format("{} applies to remote hosts, given with -H or --hostfile", flag));
+        return {std::nullopt, 2};
+      }
+    }
+  }
+  if (app.count("--np") == 0 && have_hosts) o.np = total_slots(o.hosts);
+  if (app.count("--np") == 0 && !have_hosts) {
     usage_error(fmt::format("-np N is required (the number of ranks); usage: {}", kUsage));
     return {std::nullopt, 2};
+  }
+  if (have_hosts && o.np > total_slots(o.hosts)) {
+    usage_error(fmt::format("-np {} is more than the {} slots of {}", o.np, total_slots(o.hosts), o.hosts_text));
+    return {std::nullopt, 2};
+  }
+  if (app.count("--port") > 0 && (o.ssh_port < 1 || o.ssh_port > 65535)) {
+    usage_error(fmt::format("-p must be a port number (1-65535), got {}", o.ssh_port));
+    return {std::nullopt, 2};
+  }
+  if (app.count("--host-timeout") > 0 && !(o.host_timeout_s > 0)) {
+    usage_error(fmt::format("--host-timeout must be positive, got {:g}", o.host_timeout_s));
+    return {std::nullopt, 2};
+  }
+  if (app.count("--rsh") == 0) {
+    const char* env_rsh = std::getenv("KOLO_RSH");
+    o.rsh = env_rsh != nullptr && *env_rsh != '\0' ? env_rsh : "ssh";
+  }
+  if (app.count("--network-interface") == 0) {
+    const char* env_iface = std::getenv("KOLO_IFACE");
+    if (env_iface != nullptr) o.network_interface = env_iface;
+  }
+  for (const auto& x : exports) {
+    const auto eq = x.find('=');
+    const std::string name = x.substr(0, eq);
+    if (name.empty() || name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
+                            std::string::npos || (name[0] >= '0' && name[0] <= '9')) {
+      usage_error(fmt::format("-x {}: '{}' is not a variable name", x, name));
+      return {std::nullopt, 2};
+    }
+    if (eq != std::string::npos) {
+      o.env.push_back(x);
+    } else if (const char* v = std::getenv(name.c_str())) {
+      o.env.push_back(name + "=" + v);
+    } else {
+      usage_error(fmt::format("-x {}: {} is not set in kolorun's environment (use -x {}=value)", name, name, name));
+      return {std::nullopt, 2};
+    }
   }
   if (o.np < 1) {
     usage_error(fmt::format("-np must be at least 1, got {}", o.np));

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "hosts.h"
+
 namespace kolorun {
 
 struct Options {
@@ -15,6 +17,16 @@ struct Options {
   double timeout_s = 0;                   // 0: no limit on the job's duration
   double grace_s = 3;                     // SIGTERM -> SIGKILL delay when stopping ranks
   std::vector<std::string> command;       // argv of every rank, command[0] not yet resolved
+
+  // Multi-host (-H / --hostfile); `hosts` empty: every rank runs here.
+  std::vector<HostSlots> hosts;
+  std::string hosts_text;                 // "-H a:2,b:2" or "--hostfile F", for messages
+  int ssh_port = 0;                       // -p, 0: ssh's default
+  std::string identity;                   // -i
+  std::string rsh;                        // --rsh, else KOLO_RSH, else "ssh"
+  std::vector<std::string> env;           // -x, resolved to "NAME=value"
+  std::string network_interface;          // --network-interface NAME|CIDR, also KOLO_IFACE
+  double host_timeout_s = 0;              // --host-timeout; 0: KOLO_PEER_TIMEOUT_MS + 5 s
 };
 
 // Either options to run with, or the exit status kolorun ends with right away

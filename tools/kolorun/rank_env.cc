@@ -37,28 +37,34 @@ std::string random_hex(std::size_t bytes) {
   return hex;
 }
 
-std::vector<std::string> rank_environment(int rank, int size, const JobIdentity& job) {
-  // A map so that a KOLO_RANK inherited from an outer job (kolorun started
-  // from inside a rank) is replaced rather than duplicated.
-  std::map<std::string, std::string> vars;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv = *e;
-    auto eq = kv.find('=');
-    if (eq == std::string::npos) continue;
-    vars[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  vars["KOLO_RANK"] = std::to_string(rank);
-  vars["KOLO_SIZE"] = std::to_string(size);
-  vars["KOLO_LOCAL_RANK"] = std::to_string(rank);  // every rank runs on this host
-  vars["KOLO_LOCAL_SIZE"] = std::to_string(size);
-  vars["KOLO_STORE_ADDR"] = job.store_addr;
-  vars["KOLO_JOB_ID"] = job.job_id;
-  vars["KOLO_SECRET"] = job.secret;
+std::vector<std::string> kolo_variables(int rank, int size, int local_rank, int local_size,
+                                        const JobIdentity& job, const std::string& iface) {
+  std::vector<std::string> v = {
+      "KOLO_RANK=" + std::to_string(rank),
+      "KOLO_SIZE=" + std::to_string(size),
+      "KOLO_LOCAL_RANK=" + std::to_string(local_rank),
+      "KOLO_LOCAL_SIZE=" + std::to_string(local_size),
+      "KOLO_STORE_ADDR=" + job.store_addr,
+      "KOLO_JOB_ID=" + job.job_id,
+      "KOLO_SECRET=" + job.secret,
+  };
+  if (!iface.empty()) v.push_back("KOLO_IFACE=" + iface);
+  return v;
+}
 
+std::vector<std::string> environment_with(const std::vector<std::string>& overrides) {
+  std::map<std::string, std::string> vars;
+  auto put = [&vars](const std::string& kv) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
+  };
+  for (char** e = environ; *e != nullptr; ++e) put(*e);
+  for (const auto& kv : overrides) put(kv);
   std::vector<std::string> out;
   out.reserve(vars.size());
   for (auto& [k, v] : vars) out.push_back(k + "=" + v);
   return out;
 }
+
 
 }  // namespace kolorun

@@ -18,8 +18,14 @@ struct JobIdentity {
 // std::runtime_error when /dev/urandom cannot be read.
 std::string random_hex(std::size_t bytes);
 
-// kolorun's own environment with the KOLO_* variables of `rank` set (any
-// inherited values of those names are replaced), as "NAME=value" strings.
-std::vector<std::string> rank_environment(int rank, int size, const JobIdentity& job);
+// The KOLO_* variables of one rank ("NAME=value"); `iface`
+// (--network-interface) becomes KOLO_IFACE when not empty.
+std::vector<std::string> kolo_variables(int rank, int size, int local_rank, int local_size,
+                                        const JobIdentity& job, const std::string& iface);
+
+// This process's environment with `overrides` ("NAME=value") replacing or
+// adding variables of those names (a KOLO_RANK inherited from an outer job,
+// kolorun started from inside a rank, is replaced rather than duplicated).
+std::vector<std::string> environment_with(const std::vector<std::string>& overrides);
 
 }  // namespace kolorun

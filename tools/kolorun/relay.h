@@ -14,13 +14,23 @@
 
 namespace kolorun {
 
-class LineRelay {
+// Where the bytes of one stream of one rank go: a LineRelay to kolorun's own
+// output, a file, or (in a host's agent) frames to the launching kolorun.
+class OutputSink {
+ public:
+  virtual ~OutputSink() = default;
+  virtual void feed(std::string_view data) = 0;
+  // The rank's end of the stream closed.
+  virtual void finish() = 0;
+};
+
+class LineRelay : public OutputSink {
  public:
   // prefix: "[r] ", or "" for --no-tag-output. dest_fd is not owned.
   LineRelay(std::string prefix, int dest_fd) : prefix_(std::move(prefix)), dest_(dest_fd) {}
 
-  void feed(std::string_view data);
-  void finish();
+  void feed(std::string_view data) override;
+  void finish() override;
 
  private:
   // Appends text to out, with the prefix when it starts a line.

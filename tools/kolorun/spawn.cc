@@ -50,9 +50,9 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 // server), so only async-signal-safe calls are allowed here: no allocation,
 // no locks, no stdio. Never returns.
 [[noreturn]] void exec_child(pid_t parent, const char* path, char* const* argv, char* const* envp,
-                             int out_fd, int err_fd, int report_fd) {
+                             int in_fd, int out_fd, int err_fd, int report_fd, int death_signal) {
   ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_PDEATHSIG, death_signal);
   // kolorun may have died between fork and prctl; then no signal will ever
   // come and this rank would run on as an orphan.
   if (::getppid() != parent) ::_exit(127);
@@ -66,7 +66,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int sig : {SIGPIPE, SIGINT, SIGTERM}) ::signal(sig, SIG_DFL);
 
-  int devnull = ::open("/dev/null", O_RDONLY);
+  int devnull = in_fd >= 0 ? in_fd : ::open("/dev/null", O_RDONLY);
   int err = 0;
   if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) {
     err = errno;
@@ -113,13 +113,14 @@ std::string resolve_executable(const std::string& cmd) {
 RankProcess spawn_rank(const RankSpec& spec) {
   RankProcess rp;
   rp.rank = spec.rank;
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1};
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, in[2] = {-1, -1};
   try {
+    if (spec.stdin_pipe) make_pipe(in);
     if (spec.stdout_file < 0) make_pipe(out);
     if (spec.stderr_file < 0) make_pipe(err);
     make_pipe(report);
   } catch (...) {
-    for (int* fd : {&out[0], &out[1], &err[0], &err[1], &report[0], &report[1]}) close_fd(*fd);
+    for (int* fd : {&out[0], &out[1], &err[0], &err[1], &report[0], &report[1], &in[0], &in[1]}) close_fd(*fd);
     throw;
   }
   const int child_out = spec.stdout_file >= 0 ? spec.stdout_file : out[1];
@@ -131,13 +132,16 @@ RankProcess spawn_rank(const RankSpec& spec) {
   const pid_t parent = ::getpid();
 
   pid_t pid = ::fork();
-  if (pid == 0) exec_child(parent, spec.path.c_str(), argv.data(), envp.data(), child_out, child_err, report[1]);
+  if (pid == 0)
+    exec_child(parent, spec.path.c_str(), argv.data(), envp.data(), in[0], child_out, child_err, report[1],
+               spec.death_signal);
   const int fork_errno = errno;
+  close_fd(in[0]);
   close_fd(out[1]);
   close_fd(err[1]);
   close_fd(report[1]);
   if (pid < 0) {
-    for (int* fd : {&out[0], &err[0], &report[0]}) close_fd(*fd);
+    for (int* fd : {&out[0], &err[0], &report[0], &in[1]}) close_fd(*fd);
     throw std::system_error(fork_errno, std::generic_category(), "fork");
   }
   // Also set here: kolorun may signal the group before the child has run
@@ -156,6 +160,7 @@ RankProcess spawn_rank(const RankSpec& spec) {
     }
     close_fd(out[0]);
     close_fd(err[0]);
+    close_fd(in[1]);
     throw ExecError(exec_error_text(spec.argv.at(0), child_errno));
   }
 
@@ -165,6 +170,7 @@ RankProcess spawn_rank(const RankSpec& spec) {
   rp.pid = pid;
   rp.stdout_pipe = out[0];
   rp.stderr_pipe = err[0];
+  rp.stdin_pipe = in[1];
   return rp;
 }
 

@@ -36,6 +36,12 @@ struct RankSpec {
   // Files to use as the rank's stdout/stderr; -1: a pipe that kolorun reads.
   int stdout_file = -1;
   int stderr_file = -1;
+  // stdin a pipe kolorun writes (a host's agent reads its job there) instead
+  // of /dev/null.
+  bool stdin_pipe = false;
+  // Sent to it when kolorun dies. The launching host's agent gets SIGTERM
+  // instead: it must live long enough to kill what its ranks started.
+  int death_signal = 9;  // SIGKILL
 };
 
 struct RankProcess {
@@ -43,6 +49,7 @@ struct RankProcess {
   pid_t pid = -1;  // also the rank's process group id
   int stdout_pipe = -1;  // read ends (non-blocking, close-on-exec), -1 for files
   int stderr_pipe = -1;
+  int stdin_pipe = -1;   // write end (close-on-exec), with RankSpec::stdin_pipe
 };
 
 // Starts the rank and returns once it has exec'd. Throws ExecError when exec

@@ -36,18 +36,12 @@ struct Rank {
   int how = 0;     // CLD_EXITED, CLD_KILLED or CLD_DUMPED
   int status = 0;  // exit code or signal number
   int fds[2] = {-1, -1};  // stdout, stderr pipes
-  std::unique_ptr<LineRelay> relays[2];
+  std::unique_ptr<OutputSink> relays[2];
 };
 
 std::string plural_ranks(std::size_t n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); }
 
-void say(const std::string& text) {
-  std::string line = "kolorun: " + text + "\n";
-  ssize_t ignored = ::write(2, line.data(), line.size());
-  (void)ignored;
-}
-
-class Supervisor {
+class Supervisor : public JobControl {
  public:
   Supervisor(std::vector<RankProcess> procs, int signal_fd, const SupervisorOptions& opts)
       : signal_fd_(signal_fd), opts_(opts) {
@@ -58,7 +52,11 @@ class Supervisor {
       r.fds[1] = p.stderr_pipe;
       const std::string prefix = opts.tag_output ? fmt::format("[{}] ", p.rank) : "";
       for (int s = 0; s < 2; ++s) {
-        if (r.fds[s] >= 0) r.relays[s] = std::make_unique<LineRelay>(prefix, s == 0 ? 1 : 2);
+        if (r.fds[s] < 0) continue;
+        if (opts.hooks != nullptr)
+          r.relays[s] = opts.hooks->sink(p.rank, s + 1);
+        else
+          r.relays[s] = std::make_unique<LineRelay>(prefix, s == 0 ? 1 : 2);
       }
       ranks_.push_back(std::move(r));
     }
@@ -76,7 +74,16 @@ class Supervisor {
 
   int run();
 
+  void stop(int sig) override { on_signal(sig); }
+  void kill_now(const std::string& why) override { escalate(why); }
+  bool stopping() const override { return stopping_; }
+
  private:
+  void say(const std::string& text) const {
+    std::string line = opts_.who + ": " + text + "\n";
+    ssize_t ignored = ::write(2, line.data(), line.size());
+    (void)ignored;
+  }
   void handle_signals();
   void check_exits();
   void on_rank_exit(Rank& r);
@@ -142,6 +149,7 @@ void Supervisor::escalate(const std::string& why) {
 }
 
 void Supervisor::on_rank_exit(Rank& r) {
+  if (opts_.hooks != nullptr) opts_.hooks->on_exit(r.proc.rank, r.how, r.status);
   const bool failed = r.how != CLD_EXITED || r.status != 0;
   if (!failed || exit_code_.has_value()) return;
   std::string what;
@@ -156,7 +164,7 @@ void Supervisor::on_rank_exit(Rank& r) {
   const std::size_t others = running();
   std::string text = fmt::format("rank {} {} (first failure)", r.proc.rank, what);
   if (others > 0) text += fmt::format("; stopping the other {}", plural_ranks(others));
-  say(text);
+  if (opts_.report_failures) say(text);
   begin_stop(SIGTERM);
 }
 
@@ -168,7 +176,8 @@ void Supervisor::on_signal(int sig) {
     return;
   }
   exit_code_ = 128 + sig;
-  say(fmt::format("interrupted ({}); stopping {}", signal_name(sig), plural_ranks(running())));
+  if (opts_.report_failures)
+    say(fmt::format("interrupted ({}); stopping {}", signal_name(sig), plural_ranks(running())));
   // The ranks get the signal kolorun got (not only SIGTERM), so a rank can
   // tell Ctrl-C apart from a teardown.
   begin_stop(sig);
@@ -223,6 +232,8 @@ int Supervisor::poll_timeout_ms() const {
   if (!stopping_) consider(job_deadline_);
   if (stopping_ && !killed_) consider(kill_deadline_);
   consider(drain_deadline_);
+  if (opts_.hooks != nullptr && opts_.hooks->tick_ms() >= 0)
+    consider(Clock::now() + std::chrono::milliseconds(opts_.hooks->tick_ms()));
   if (!next) return -1;
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
   return left < 0 ? 0 : static_cast<int>(left) + 1;
@@ -249,13 +260,16 @@ int Supervisor::run() {
     owners.clear();
     pfds.push_back({signal_fd_, POLLIN, 0});
     owners.emplace_back(nullptr, 0);
+    const bool accept = opts_.hooks == nullptr || opts_.hooks->accept_output();
     for (auto& r : ranks_) {
       for (int s = 0; s < 2; ++s) {
-        if (r.fds[s] < 0) continue;
+        if (r.fds[s] < 0 || !accept) continue;
         pfds.push_back({r.fds[s], POLLIN, 0});
         owners.emplace_back(&r, s);
       }
     }
+    const std::size_t own = pfds.size();
+    if (opts_.hooks != nullptr) opts_.hooks->add_fds(pfds);
     int rc = ::poll(pfds.data(), pfds.size(), poll_timeout_ms());
     if (rc < 0 && errno != EINTR) {
       say(fmt::format("poll failed: {}", std::strerror(errno)));
@@ -263,11 +277,12 @@ int Supervisor::run() {
       escalate("after a poll failure");
       break;
     }
-    for (std::size_t i = 1; i < pfds.size(); ++i) {
+    for (std::size_t i = 1; i < own; ++i) {
       if (pfds[i].revents != 0) read_pipe(*owners[i].first, owners[i].second);
     }
     if (pfds[0].revents != 0) handle_signals();
     check_exits();
+    if (opts_.hooks != nullptr) opts_.hooks->on_wake(pfds.data() + own, pfds.size() - own, *this);
 
     const auto now = Clock::now();
     if (!stopping_ && job_deadline_ && now >= *job_deadline_) {

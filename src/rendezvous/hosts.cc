@@ -1,0 +1,136 @@
+#include "rendezvous/hosts.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/error.h"
+
+namespace kolo::rdv {
+
+namespace {
+
+std::string boot_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
+// A file in this host's /dev/shm that only ranks sharing it can open.
+class Token {
+ public:
+  explicit Token(const std::string& job_id) {
+    std::random_device rd;
+    name_ = fmt::format("/kolo-{}-host-{:08x}{:08x}{:08x}", job_id.empty() ? "job" : job_id, rd(), rd(), rd());
+    const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) fail("cannot create the host token {} in /dev/shm: {}", name_, errno_text(errno));
+    close(fd);
+  }
+  ~Token() { shm_unlink(name_.c_str()); }
+  Token(const Token&) = delete;
+  Token& operator=(const Token&) = delete;
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+};
+
+bool can_open(const std::string& token) {
+  const int fd = shm_open(token.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+struct Record {
+  std::string name, boot, token, route;
+};
+
+Record parse(const std::string& text) {
+  std::istringstream in(text);
+  Record r;
+  std::getline(in, r.name);
+  std::getline(in, r.boot);
+  std::getline(in, r.token);
+  std::getline(in, r.route);
+  return r;
+}
+
+}  // namespace
+
+std::string host_name() {
+  std::string host = config::hostname_override();
+  if (host.empty()) {
+    char buf[256] = {};
+    gethostname(buf, sizeof buf - 1);
+    host = buf;
+  }
+  return host;
+}
+
+void wait_for_ranks(StoreClient& store, const std::string& name, int size, Millis timeout) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/{}", name, r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error&) {
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < size; ++r)
+      if (!store.check({keys[r]})) missing += (count++ ? ", " : "") + std::to_string(r);
+    fail("rendezvous: {} of {} ranks never arrived within {} ms: rank{} {} (did they start, with the same launcher variables?)",
+         count, size, timeout.count(), count == 1 ? "" : "s", missing);
+  }
+}
+
+void store_barrier(StoreClient& store, const std::string& name, int rank, int size) {
+  store.set(fmt::format("{}/{}", name, rank), "1");
+  wait_for_ranks(store, name, size, Millis(config::rendezvous_timeout_ms()));
+}
+
+HostMap map_hosts(StoreClient& store, const std::string& prefix, const std::string& job_id, int rank,
+                  int size, const std::string& route) {
+  const Millis timeout(config::rendezvous_timeout_ms());
+  const Token token(job_id);
+  const Record me{host_name(), boot_id(), token.name(), route};
+  store.set(fmt::format("{}/host/{}", prefix, rank), fmt::format("{}\n{}\n{}\n{}", me.name, me.boot, me.token, me.route));
+  wait_for_ranks(store, prefix + "/host", size, timeout);
+  std::vector<Record> all(size);
+  for (int q = 0; q < size; ++q) all[q] = parse(store.get(fmt::format("{}/host/{}", prefix, q), timeout));
+
+  // My host is named by its lowest rank; the others learn it from the store,
+  // since only ranks of a host can see its tokens.
+  int leader = rank;
+  for (int q = 0; q < rank && leader == rank; ++q)
+    if (all[q].name == me.name && all[q].boot == me.boot && can_open(all[q].token)) leader = q;
+  store.set(fmt::format("{}/hostof/{}", prefix, rank), std::to_string(leader));
+  wait_for_ranks(store, prefix + "/hostof", size, timeout);  // also: every rank has looked at the tokens
+
+  HostMap m;
+  m.host_of.resize(size);
+  std::vector<int> index_of_leader(size, -1);
+  for (int q = 0; q < size; ++q) {
+    m.routes.push_back(all[q].route);
+    const int l = std::stoi(store.get(fmt::format("{}/hostof/{}", prefix, q), timeout));
+    if (l < 0 || l > q) fail("rendezvous: rank {} names rank {} as its host's first rank", q, l);
+    if (index_of_leader[l] < 0) {
+      index_of_leader[l] = m.hosts();
+      m.ranks.emplace_back();
+      m.names.push_back(all[l].name);
+    }
+    m.host_of[q] = index_of_leader[l];
+    m.ranks[index_of_leader[l]].push_back(q);
+  }
+  return m;
+}
+
+}  // namespace kolo::rdv

@@ -1,0 +1,115 @@
+// What kolorun and its per-host agents say to each other over the agent's
+// stdin and stdout (an ssh session, or pipes for the launching host).
+//
+// Every message is a frame: 1 byte type, 4 bytes little-endian payload
+// length, payload. ssh without a terminal passes bytes unchanged, and a frame
+// never depends on lines, so a rank's output may hold any bytes.
+//
+// The agent first writes kAgentHello (unframed): bytes that a shell startup
+// file printed before the agent started would otherwise be read as frames;
+// the launcher refuses them and shows them instead.
+//
+//   launcher -> agent                      agent -> launcher
+//   'J' the job (JobSpec), first           'R' all ranks started
+//   'S' u8 signal: stop the ranks with it  'F' u8 exit code, text: could not start
+//   'H' heartbeat (every second)           'O' u32 rank, u8 stream (1/2), bytes
+//                                          'X' u32 rank, u8 how (CLD_*), i32 status
+//                                          'H' heartbeat (every second)
+//                                          'D' every rank has ended, agent exits
+//
+// The secret travels in 'J' over the agent's stdin, so it never appears on a
+// command line that `ps` shows, on either host.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kolorun {
+
+inline constexpr std::string_view kAgentHello = "KOLORUN-AGENT-1\n";
+
+// A frame that does not parse: the peer is not a kolorun agent of this
+// version, or the stream is corrupt.
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Frame {
+  char type = 0;
+  std::string payload;
+};
+
+std::string encode_frame(char type, std::string_view payload);
+
+// Reassembles frames from the bytes of a stream, whatever the read sizes.
+class FrameReader {
+ public:
+  void feed(std::string_view data) { buffer_.append(data); }
+  // The next complete frame, if there is one; throws ProtocolError on a
+  // frame larger than any kolorun sends.
+  std::optional<Frame> next();
+  std::size_t buffered() const { return buffer_.size() - pos_; }
+  // Bytes received but not yet consumed (to show what a shell printed).
+  std::string_view pending() const { return std::string_view(buffer_).substr(pos_); }
+  void consume(std::size_t n) { pos_ += n; }
+
+ private:
+  std::string buffer_;
+  std::size_t pos_ = 0;
+};
+
+// Little-endian integers and length-prefixed strings, read back with bounds
+// checks (ProtocolError when a payload is short).
+class Writer {
+ public:
+  Writer& u8(std::uint8_t v);
+  Writer& u32(std::uint32_t v);
+  Writer& str(std::string_view s);
+  Writer& strs(const std::vector<std::string>& v);
+  Writer& raw(std::string_view s);
+  const std::string& bytes() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  std::uint8_t u8();
+  std::uint32_t u32();
+  std::string str();
+  std::vector<std::string> strs();
+  std::string_view rest();
+
+ private:
+  std::string_view take(std::size_t n);
+  std::string_view in_;
+};
+
+// The job as one agent runs it.
+struct RankEnv {
+  int rank = 0;                  // global rank
+  std::vector<std::string> env;  // KOLO_* of this rank, "NAME=value"
+};
+
+struct JobSpec {
+  std::string host;              // the host's name as the launcher knows it (for messages)
+  std::string cwd;               // the launcher's working directory
+  std::vector<std::string> argv; // the ranks' command, argv[0] as typed
+  std::vector<std::string> env;  // -x variables, "NAME=value", set in every rank
+  std::vector<RankEnv> ranks;
+  double grace_s = 3;            // SIGTERM -> SIGKILL
+  std::uint32_t silence_ms = 15000;  // no frame from the launcher for this long: it is gone
+};
+
+std::string encode_job(const JobSpec& job);
+JobSpec decode_job(std::string_view payload);
+
+}  // namespace kolorun

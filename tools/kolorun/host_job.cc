@@ -1,0 +1,508 @@
+#include "host_job.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "agent_protocol.h"
+#include "outbox.h"
+#include "relay.h"
+#include "signals.h"
+
+extern char** environ;
+
+namespace kolorun {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kHeartbeat = std::chrono::seconds(1);
+// How long an agent may take beyond the grace period to report its ranks
+// gone before its connection is killed (it then SIGKILLs them itself).
+constexpr auto kAgentSlack = std::chrono::seconds(10);
+
+void say(const std::string& text) {
+  std::string line = "kolorun: " + text + "\n";
+  ssize_t ignored = ::write(2, line.data(), line.size());
+  (void)ignored;
+}
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += fmt::format("{}{}", i == 0 ? "" : ", ", ranks[i]);
+  return s;
+}
+
+std::string plural(std::size_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); }
+
+// --output-dir: the bytes go to the rank's file as they came.
+class FileSink : public OutputSink {
+ public:
+  explicit FileSink(int fd) : fd_(fd) {}
+  void feed(std::string_view data) override {
+    while (!data.empty()) {
+      ssize_t n = ::write(fd_, data.data(), data.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+  void finish() override {}
+
+ private:
+  int fd_;
+};
+
+// An agent's stderr (its own messages, ssh's): relayed with the host's name
+// ("kolorun: hostB: ..."), its last line kept to explain a lost connection.
+class TailSink : public OutputSink {
+ public:
+  explicit TailSink(const std::string& host) : relay_("kolorun: " + host + ": ", 2) {}
+  void feed(std::string_view data) override {
+    relay_.feed(data);
+    for (char c : data) {
+      if (c == '\n' || c == '\r') {
+        if (!current_.empty()) last_ = current_;
+        current_.clear();
+      } else if (current_.size() < 1000) {
+        current_.push_back(c);
+      }
+    }
+  }
+  void finish() override {
+    relay_.finish();
+    if (!current_.empty()) last_ = current_;
+    current_.clear();
+  }
+  const std::string& last_line() const { return last_; }
+
+ private:
+  LineRelay relay_;
+  std::string current_, last_;
+};
+
+struct Agent {
+  explicit Agent(const HostRanks& h) : host(h), err(h.name) {}
+  HostRanks host;
+  RankProcess proc;
+  std::vector<std::string> argv;
+  Outbox to;
+  FrameReader from;
+  TailSink err;
+  bool hello = false;  // kAgentHello seen
+  bool done = false;   // 'D' seen: its ranks have ended
+  bool lost = false;
+  bool reaped = false;
+  int wait_status = 0;
+  Clock::time_point last_heard;
+};
+
+struct RankState {
+  Agent* agent = nullptr;
+  bool exited = false;
+  std::unique_ptr<OutputSink> sinks[2];
+};
+
+class HostJob {
+ public:
+  HostJob(int signal_fd, const HostJobOptions& opts) : signal_fd_(signal_fd), opts_(opts), ranks_(opts.np) {}
+  ~HostJob() {
+    if (signal_fd_ >= 0) ::close(signal_fd_);
+    for (int fd : opts_.files) ::close(fd);
+  }
+  int run(const std::vector<AgentLaunch>& launches);
+
+ private:
+  void start(const AgentLaunch& l);
+  void read_out(Agent& a);
+  void handle_frame(Agent& a, const Frame& f);
+  void read_err(Agent& a);
+  void on_rank_exit(Agent& a, int rank, int how, int status);
+  void fail(int code, const std::string& text);
+  void stop_all(int sig);
+  void lose(Agent& a, const std::string& why);
+  void close_agent(Agent& a);
+  void reap();
+  void handle_signals();
+  void on_timers();
+  std::size_t ranks_running() const;
+  bool finished() const;
+  std::string describe_exit(const Agent& a) const;
+
+  int signal_fd_;
+  HostJobOptions opts_;
+  std::vector<std::unique_ptr<Agent>> agents_;
+  std::vector<RankState> ranks_;
+  std::optional<int> exit_code_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  std::optional<Clock::time_point> job_deadline_, kill_deadline_;
+  Clock::time_point last_beat_ = Clock::now();
+};
+
+std::size_t HostJob::ranks_running() const {
+  std::size_t n = 0;
+  for (const auto& r : ranks_) n += (!r.exited && r.agent != nullptr && !r.agent->lost) ? 1 : 0;
+  return n;
+}
+
+bool HostJob::finished() const {
+  for (const auto& a : agents_) {
+    if (!a->reaped || a->proc.stdout_pipe >= 0 || a->proc.stderr_pipe >= 0) return false;
+  }
+  return true;
+}
+
+void HostJob::start(const AgentLaunch& l) {
+  auto a = std::make_unique<Agent>(l.host);
+  a->argv = l.argv;
+  RankSpec spec;
+  spec.rank = -1;
+  spec.path = l.path;
+  spec.argv = l.argv;
+  for (char** e = environ; *e != nullptr; ++e) spec.env.emplace_back(*e);
+  spec.stdin_pipe = true;
+  // This host's agent outlives a SIGKILLed kolorun just long enough to kill
+  // its ranks' process groups (what the ranks started too), as a remote
+  // agent does when its ssh connection closes.
+  if (l.host.local) spec.death_signal = SIGTERM;
+  a->proc = spawn_rank(spec);
+  a->to.reset(a->proc.stdin_pipe);
+  a->to.push(l.job_frame);
+  a->last_heard = Clock::now();
+  for (int r : l.host.ranks) {
+    RankState& rs = ranks_.at(r);
+    rs.agent = a.get();
+    for (int s = 0; s < 2; ++s) {
+      if (!opts_.files.empty())
+        rs.sinks[s] = std::make_unique<FileSink>(opts_.files[2 * r + s]);
+      else
+        rs.sinks[s] = std::make_unique<LineRelay>(opts_.tag_output ? fmt::format("[{}] ", r) : "", s + 1);
+    }
+  }
+  agents_.push_back(std::move(a));
+}
+
+std::string HostJob::describe_exit(const Agent& a) const {
+  if (!a.reaped) return "";
+  const int st = a.wait_status;
+  std::string how = WIFEXITED(st) ? fmt::format("exited with code {}", WEXITSTATUS(st))
+                                  : fmt::format("was killed by {}", signal_name(WTERMSIG(st)));
+  const std::string prog = a.host.local ? "its agent" : a.argv.front();
+  std::string text = fmt::format("{} {}", prog, how);
+  if (!a.err.last_line().empty()) text += ": " + a.err.last_line();
+  return text;
+}
+
+void HostJob::fail(int code, const std::string& text) {
+  if (exit_code_) {
+    say(text);
+    return;
+  }
+  exit_code_ = code;
+  const std::size_t others = ranks_running();
+  say(others > 0 ? fmt::format("{} (first failure); stopping the other {}", text, plural(others, "rank"))
+                 : fmt::format("{} (first failure)", text));
+  // Once: a second stop frame would make the agents skip the grace period.
+  if (!stopping_) stop_all(SIGTERM);
+}
+
+void HostJob::stop_all(int sig) {
+  if (!stopping_) kill_deadline_ = Clock::now() + seconds(opts_.grace_s) + kAgentSlack;
+  stopping_ = true;
+  Writer w;
+  w.u8(static_cast<std::uint8_t>(sig));
+  const std::string frame = encode_frame('S', w.bytes());
+  for (auto& a : agents_) {
+    if (!a->lost && !a->done) a->to.push(frame);
+  }
+}
+
+void HostJob::close_agent(Agent& a) {
+  // Killing the ssh client (or the local agent) closes the agent's stdin on
+  // its host; an agent still alive there then SIGKILLs its ranks.
+  if (!a.reaped) ::kill(-a.proc.pid, SIGKILL);
+  for (int* fd : {&a.proc.stdout_pipe, &a.proc.stderr_pipe, &a.proc.stdin_pipe}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+  a.to.reset(-1);
+}
+
+void HostJob::lose(Agent& a, const std::string& why) {
+  if (a.lost || a.done) return;
+  std::vector<int> still;
+  for (int r : a.host.ranks) {
+    if (!ranks_[r].exited) still.push_back(r);
+  }
+  a.lost = true;
+  if (still.empty()) {
+    close_agent(a);
+    return;  // every rank had reported its exit: nothing was lost
+  }
+  for (int r : still) {
+    for (auto& s : ranks_[r].sinks) {
+      if (s) s->finish();
+    }
+  }
+  fail(1, fmt::format("lost host {} ({}): {}", a.host.name, list_ranks(still), why));
+  close_agent(a);
+}
+
+void HostJob::on_rank_exit(Agent& a, int rank, int how, int status) {
+  if (rank < 0 || rank >= opts_.np || ranks_[rank].agent != &a || ranks_[rank].exited) return;
+  ranks_[rank].exited = true;
+  if (how == CLD_EXITED && status == 0) return;
+  if (exit_code_) return;
+  std::string what;
+  int code;
+  if (how == CLD_EXITED) {
+    what = fmt::format("exited with code {}", status);
+    code = status;
+  } else {
+    what = fmt::format("was killed by signal {} ({}){}", status, signal_name(status),
+                       how == CLD_DUMPED ? " (core dumped)" : "");
+    code = 128 + status;
+  }
+  fail(code, fmt::format("rank {} on {} {}", rank, a.host.name, what));
+}
+
+void HostJob::handle_frame(Agent& a, const Frame& f) {
+  switch (f.type) {
+    case 'O': {
+      Reader r(f.payload);
+      const int rank = static_cast<int>(r.u32());
+      const int stream = r.u8();
+      const std::string_view data = r.rest();
+      if (rank < 0 || rank >= opts_.np || ranks_[rank].agent != &a || (stream != 1 && stream != 2)) return;
+      auto& sink = ranks_[rank].sinks[stream - 1];
+      if (!sink) return;
+      if (data.empty()) {
+        sink->finish();
+      } else {
+        sink->feed(data);
+      }
+      return;
+    }
+    case 'X': {
+      Reader r(f.payload);
+      const int rank = static_cast<int>(r.u32());
+      const int how = r.u8();
+      const int status = static_cast<int>(r.u32());
+      on_rank_exit(a, rank, how, status);
+      return;
+    }
+    case 'F': {
+      Reader r(f.payload);
+      const int code = r.u8();
+      fail(code, std::string(r.rest()));
+      return;
+    }
+    case 'D':
+      a.done = true;
+      return;
+    default:  // 'R', 'H'
+      return;
+  }
+}
+
+void HostJob::read_out(Agent& a) {
+  char buf[65536];
+  ssize_t n = ::read(a.proc.stdout_pipe, buf, sizeof buf);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n <= 0) {
+    ::close(a.proc.stdout_pipe);
+    a.proc.stdout_pipe = -1;
+    if (a.done || a.lost) return;
+    // Say why with ssh's exit status and last words: wait briefly for both.
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (Clock::now() < until && (!a.reaped || a.proc.stderr_pipe >= 0)) {
+      if (a.proc.stderr_pipe >= 0) {
+        pollfd p{a.proc.stderr_pipe, POLLIN, 0};
+        if (::poll(&p, 1, 20) > 0) read_err(a);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      reap();
+    }
+    const std::string how = describe_exit(a);
+    if (!a.hello) {
+      lose(a, fmt::format("kolorun's agent did not start there (`{} ...`){}", a.argv.front(),
+                          how.empty() ? "" : ": " + how));
+    } else {
+      lose(a, fmt::format("the connection to its agent closed{}", how.empty() ? "" : " (" + how + ")"));
+    }
+    return;
+  }
+  a.last_heard = Clock::now();
+  a.from.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+  if (!a.hello) {
+    const std::string_view got = a.from.pending();
+    const std::size_t k = std::min(got.size(), kAgentHello.size());
+    if (got.substr(0, k) != kAgentHello.substr(0, k)) {
+      lose(a, fmt::format("the remote shell printed '{}' before kolorun's agent started (a shell startup file "
+                          "must not print when not interactive)",
+                          got.substr(0, std::min<std::size_t>(got.size(), 200))));
+      return;
+    }
+    if (k < kAgentHello.size()) return;
+    a.from.consume(kAgentHello.size());
+    a.hello = true;
+  }
+  try {
+    while (auto f = a.from.next()) handle_frame(a, *f);
+  } catch (const ProtocolError& e) {
+    lose(a, fmt::format("bad frame from its agent: {}", e.what()));
+  }
+}
+
+void HostJob::read_err(Agent& a) {
+  char buf[65536];
+  ssize_t n = ::read(a.proc.stderr_pipe, buf, sizeof buf);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n <= 0) {
+    a.err.finish();
+    ::close(a.proc.stderr_pipe);
+    a.proc.stderr_pipe = -1;
+    return;
+  }
+  a.err.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+}
+
+void HostJob::reap() {
+  for (auto& a : agents_) {
+    if (a->reaped) continue;
+    int st = 0;
+    if (::waitpid(a->proc.pid, &st, WNOHANG) == a->proc.pid) {
+      a->reaped = true;
+      a->wait_status = st;
+    }
+  }
+}
+
+void HostJob::handle_signals() {
+  signalfd_siginfo si;
+  while (::read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    const int sig = static_cast<int>(si.ssi_signo);
+    if (sig == SIGCHLD) continue;
+    if (!stopping_) {
+      exit_code_ = 128 + sig;
+      say(fmt::format("interrupted ({}); stopping {} on {}", signal_name(sig), plural(ranks_running(), "rank"),
+                      plural(agents_.size(), "host")));
+    }
+    // A second signal reaches the agents too: they skip the grace period.
+    stop_all(sig);
+  }
+}
+
+void HostJob::on_timers() {
+  const auto now = Clock::now();
+  if (now - last_beat_ >= kHeartbeat) {
+    last_beat_ = now;
+    const std::string beat = encode_frame('H', {});
+    for (auto& a : agents_) {
+      if (!a->lost && !a->done) a->to.push(beat);
+    }
+  }
+  for (auto& a : agents_) {
+    a->to.flush();
+    if (!a->lost && !a->done && a->proc.stdout_pipe >= 0 && now - a->last_heard > seconds(opts_.silence_s))
+      lose(*a, fmt::format("nothing came from its agent for {:g} s (the host or its link is down?)", opts_.silence_s));
+  }
+  if (!stopping_ && job_deadline_ && now >= *job_deadline_) {
+    exit_code_ = 124;
+    say(fmt::format("timeout after {:g} s; stopping {}", opts_.timeout_s, plural(ranks_running(), "rank")));
+    stop_all(SIGTERM);
+  }
+  if (stopping_ && !killed_ && kill_deadline_ && now >= *kill_deadline_) {
+    killed_ = true;
+    for (auto& a : agents_) {
+      if (a->lost || a->done) continue;
+      say(fmt::format("the agent on {} has not ended its ranks {:g} s after the grace period; closing its connection",
+                      a->host.name, std::chrono::duration<double>(kAgentSlack).count()));
+      a->lost = true;
+      close_agent(*a);
+    }
+  }
+}
+
+int HostJob::run(const std::vector<AgentLaunch>& launches) {
+  for (const auto& l : launches) {
+    try {
+      start(l);
+    } catch (const std::exception& e) {
+      fail(1, fmt::format("cannot start the agent for {}: {}", l.host.name, e.what()));
+      break;
+    }
+  }
+  if (opts_.timeout_s > 0) job_deadline_ = Clock::now() + seconds(opts_.timeout_s);
+  std::vector<pollfd> pfds;
+  std::vector<std::pair<Agent*, int>> owners;
+  while (!finished()) {
+    pfds.clear();
+    owners.clear();
+    pfds.push_back({signal_fd_, POLLIN, 0});
+    owners.emplace_back(nullptr, 0);
+    for (auto& a : agents_) {
+      if (a->proc.stdout_pipe >= 0) {
+        pfds.push_back({a->proc.stdout_pipe, POLLIN, 0});
+        owners.emplace_back(a.get(), 1);
+      }
+      if (a->proc.stderr_pipe >= 0) {
+        pfds.push_back({a->proc.stderr_pipe, POLLIN, 0});
+        owners.emplace_back(a.get(), 2);
+      }
+      if (a->to.events() != 0) {
+        pfds.push_back({a->to.fd(), POLLOUT, 0});
+        owners.emplace_back(a.get(), 0);
+      }
+    }
+    if (::poll(pfds.data(), pfds.size(), 250) < 0 && errno != EINTR) {
+      say(fmt::format("poll failed: {}", std::strerror(errno)));
+      if (!exit_code_) exit_code_ = 1;
+      break;
+    }
+    for (std::size_t i = 1; i < pfds.size(); ++i) {
+      if (pfds[i].revents == 0) continue;
+      Agent& a = *owners[i].first;
+      if (owners[i].second == 1 && a.proc.stdout_pipe == pfds[i].fd) read_out(a);
+      else if (owners[i].second == 2 && a.proc.stderr_pipe == pfds[i].fd) read_err(a);
+      else if (owners[i].second == 0) a.to.flush();
+    }
+    if (pfds[0].revents != 0) handle_signals();
+    reap();
+    on_timers();
+  }
+  for (auto& a : agents_) close_agent(*a);
+  for (auto& r : ranks_) {
+    for (auto& s : r.sinks) {
+      if (s) s->finish();
+    }
+  }
+  return exit_code_.value_or(0);
+}
+
+}  // namespace
+
+int run_host_job(const std::vector<AgentLaunch>& agents, int signal_fd, const HostJobOptions& opts) {
+  HostJob job(signal_fd, opts);
+  return job.run(agents);
+}
+
+}  // namespace kolorun

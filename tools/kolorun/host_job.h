@@ -1,0 +1,51 @@
+// Supervision of a multi-host job from the launching kolorun: one agent per
+// host (agent.h), over ssh or, for the launching host, as a child process.
+//
+// The loop reads each agent's frames (agent_protocol.h) and stderr, relays
+// the ranks' lines tagged "[r] " (or into --output-dir on this host), and
+// stops the whole job on the first failure:
+//   - a rank that exits non-zero or by a signal: "rank 3 on hostB exited with
+//     code 7 (first failure)"; kolorun exits with that code (128+signal);
+//   - a host lost: its agent's connection closed before its ranks ended (the
+//     agent or the host died, ssh failed), or no frame came from it for the
+//     silence limit (its link is down): "lost host hostB (ranks 2, 3): ...";
+//     exit code 1;
+//   - an agent that could not start its ranks (missing program, no such
+//     working directory): its message, exit 2 for exec errors, else 1;
+//   - SIGINT/SIGTERM/SIGHUP to kolorun (forwarded to every rank on every
+//     host, exit 128+signal) and --timeout (exit 124).
+// Stopping sends every agent a stop frame: its ranks get SIGTERM (or the
+// signal kolorun got) and SIGKILL after the grace period, from the agent.
+// An agent still running 10 s after that has its connection killed, which
+// makes it SIGKILL its ranks. Heartbeats go both ways every second.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hosts.h"
+#include "spawn.h"
+
+namespace kolorun {
+
+struct AgentLaunch {
+  HostRanks host;
+  std::string path;               // the program: ssh (or --rsh's), or this kolorun
+  std::vector<std::string> argv;
+  std::string job_frame;          // the 'J' frame, written to its stdin first
+};
+
+struct HostJobOptions {
+  bool tag_output = true;
+  double timeout_s = 0;
+  double grace_s = 3;
+  double silence_s = 15;   // a host silent this long is lost
+  std::vector<int> files;  // --output-dir: 2 per rank (stdout, stderr), owned; empty: relay
+  int np = 0;
+};
+
+// Starts the agents, runs the job to its end and returns kolorun's exit
+// code. Takes ownership of signal_fd (see signals.h).
+int run_host_job(const std::vector<AgentLaunch>& agents, int signal_fd, const HostJobOptions& opts);
+
+}  // namespace kolorun

@@ -1,0 +1,166 @@
+#include "launch_hosts.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "agent.h"
+#include "agent_protocol.h"
+#include "host_address.h"
+#include "host_job.h"
+#include "output_files.h"
+#include "rank_env.h"
+#include "remote_shell.h"
+#include "job_store.h"
+#include "shm_sweep.h"
+#include "signals.h"
+#include "spawn.h"
+
+namespace kolorun {
+
+namespace {
+
+void say(const std::string& text) { std::fprintf(stderr, "kolorun: %s\n", text.c_str()); }
+
+// How long a silent host is given: longer than the ranks' own peer timeout,
+// so that when a link goes down the ranks report the lost peers themselves
+// (naming them) before kolorun declares the host lost.
+double host_timeout_s(const Options& o) {
+  if (o.host_timeout_s > 0) return o.host_timeout_s;
+  double peer_ms = 10000;
+  if (const char* v = std::getenv("KOLO_PEER_TIMEOUT_MS")) {
+    char* end = nullptr;
+    const double d = std::strtod(v, &end);
+    if (end != v && d > 0) peer_ms = d;
+  }
+  return peer_ms / 1000 + 5;
+}
+
+std::string self_path() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find kolorun's own path: " + ec.message());
+  return p.string();
+}
+
+}  // namespace
+
+int run_hosts(const Options& o) {
+  const std::vector<HostRanks> hosts = place_ranks(o.hosts, o.np, is_local_host);
+  const HostRanks* first_remote = nullptr;
+  bool any_local = false;
+  for (const auto& h : hosts) {
+    if (h.local) any_local = true;
+    else if (first_remote == nullptr) first_remote = &h;
+  }
+  // The command is checked here only when ranks run here: a launching host
+  // without the program may still start it on the others.
+  if (any_local) {
+    try {
+      resolve_executable(o.command.front());
+    } catch (const ExecError& e) {
+      say(e.what());
+      return 2;
+    }
+  }
+  const double silence_s = host_timeout_s(o);
+  RemoteShell rsh;
+  std::string advertise = "127.0.0.1", bind = "127.0.0.1";
+  try {
+    rsh = make_remote_shell(o.rsh, o.ssh_port, o.identity,
+                            std::max(1, static_cast<int>(std::ceil(silence_s / 3))));
+    if (!o.network_interface.empty()) {
+      advertise = bind = interface_address(o.network_interface);
+    } else if (first_remote != nullptr) {
+      advertise = route_source_address(first_remote->name);
+      bind = "0.0.0.0";  // the other hosts may route to another of this host's addresses
+    }
+  } catch (const AddressError& e) {
+    say(fmt::format("{}; choose the store's address with --network-interface NAME|CIDR", e.what()));
+    return 2;
+  } catch (const std::exception& e) {
+    say(e.what());
+    return 2;
+  }
+
+  // Every remote host answers before anything starts, checked all at once.
+  std::vector<std::string> remote;
+  for (const auto& h : hosts) {
+    if (!h.local) remote.push_back(h.name);
+  }
+  if (!remote.empty()) {
+    const auto errors = check_hosts(rsh, remote, 30);
+    for (const auto& e : errors) say(e);
+    if (!errors.empty()) {
+      say(fmt::format("nothing was started ({} of {} hosts unreachable)", errors.size(), remote.size()));
+      return 1;
+    }
+  }
+
+  HostJobOptions hj;
+  hj.tag_output = o.tag_output;
+  hj.timeout_s = o.timeout_s;
+  hj.grace_s = o.grace_s;
+  hj.silence_s = silence_s;
+  hj.np = o.np;
+  if (o.output_dir && !open_output_files(*o.output_dir, o.np, hj.files)) return 2;
+
+  block_job_signals();  // before the store's thread exists, see signals.h
+  const int signal_fd = open_signal_fd();
+  std::unique_ptr<kolo::rdv::StoreServer> store;
+  JobIdentity job;
+  try {
+    store = start_job_store(bind, advertise, job);
+  } catch (const std::exception& e) {
+    say(fmt::format("cannot start the rendezvous store on {}: {}", bind, e.what()));
+    return 1;
+  }
+
+  const std::string self = self_path();
+  char cwd[PATH_MAX];
+  if (::getcwd(cwd, sizeof cwd) == nullptr) {
+    say("cannot read the working directory");
+    return 1;
+  }
+  std::vector<AgentLaunch> launches;
+  for (const auto& h : hosts) {
+    JobSpec spec;
+    spec.host = h.name;
+    spec.cwd = cwd;
+    spec.argv = o.command;
+    spec.env = o.env;
+    spec.grace_s = o.grace_s;
+    // The agent waits longer than kolorun does: kolorun names the lost host
+    // first, then the agent (if only its link was cut) ends its ranks.
+    spec.silence_ms = static_cast<std::uint32_t>(silence_s * 1000) + 2000;
+    const int local_size = static_cast<int>(h.ranks.size());
+    for (int i = 0; i < local_size; ++i) {
+      spec.ranks.push_back({h.ranks[i], kolo_variables(h.ranks[i], o.np, i, local_size, job, o.network_interface)});
+    }
+    AgentLaunch l;
+    l.host = h;
+    l.job_frame = encode_frame('J', encode_job(spec));
+    if (h.local) {
+      l.path = self;
+      l.argv = {self, kAgentFlag};
+    } else {
+      l.path = resolve_executable(rsh.words.front());
+      l.argv = rsh.argv(h.name, "exec " + shell_quote(self) + " " + kAgentFlag);
+    }
+    launches.push_back(std::move(l));
+  }
+  const int code = run_host_job(launches, signal_fd, hj);
+  if (any_local) {
+    if (int n = sweep_shm(job.job_id); n > 0)
+      say(fmt::format("removed {} shared-memory segment{} the ranks left behind", n, n == 1 ? "" : "s"));
+  }
+  return code;
+}
+
+}  // namespace kolorun
