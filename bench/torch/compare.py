@@ -32,6 +32,14 @@ def machine():
     return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
 
 
+def finish(say, lines, out):
+    """The closing line, then all lines into `out` (if given)."""
+    say(f"# load average at end: {os.getloadavg()[0]:.2f}")
+    if out:
+        with open(out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
 def run(cmd, env):
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     m = re.search(r"samples_per_s=(\d+)", p.stdout)
@@ -129,10 +137,7 @@ def main():
     say(f"{'model':5} {'step ms, overlap':>17} {'step ms, no overlap':>20}   (kolo, 2 ranks)")
     for model, (on, off) in overlap.items():
         say(f"{model:5} {on:17.1f} {off:20.1f}")
-    say(f"# load average at end: {os.getloadavg()[0]:.2f}")
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    finish(say, lines, a.out)
 
 
 if __name__ == "__main__":

@@ -15,19 +15,9 @@ batch 32, one thread per rank, OPENBLAS_NUM_THREADS=1.
 
   bench/torch/recipe.py [--build build] [--ranks 2] [--reps 3] [--steps 40] [--out FILE]
 """
-import argparse, os, platform, re, statistics, subprocess, sys, time
+import argparse, os, re, statistics, subprocess, sys, time
 
-
-def machine():
-    cpu = "?"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
+from compare import finish, machine  # bench/torch/compare.py, beside this script
 
 
 def main():
@@ -89,10 +79,7 @@ def main():
         say(f"{'convbn':7} {'SyncBN ms':>10} {'BN ms':>8} {'SyncBN/BN':>10} {'BN+bcast ms':>12}   runs SyncBN | BN | BN+bcast")
         say(f"{'':7} {s:10.2f} {l:8.2f} {s / l:9.2f}x {br:12.2f}   "
             f"{runs[('convbn', 'amp', 'none')]} | {runs[('convbn', 'bn', 'local')]} | {runs[('convbn', 'bn', 'broadcast')]}")
-    say(f"# load average at end: {os.getloadavg()[0]:.2f}")
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    finish(say, lines, a.out)
 
 
 if __name__ == "__main__":

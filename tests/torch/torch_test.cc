@@ -286,18 +286,25 @@ INSTANTIATE_TEST_SUITE_P(Torch, Equivalence,
 // ---------------------------------------------------------------------------
 // Checkpoints
 
-TEST(Checkpoint, ResumeContinuesBitIdentically) {
-  TempDir dir;
-  const std::string common = " --steps 40 --batch 8 --small-buckets";
+// Three 2-rank runs of mode "resume" with `common` arguments: uninterrupted
+// (dir/full.txt); stopped right after a checkpoint at step `at`; resumed
+// from it (dir/resumed.txt).
+void run_resumed(const TempDir& dir, const std::string& common, int at) {
   auto full = ranks(2, "resume" + common + " --out " + (dir / "full.txt"));
   ASSERT_EQ(full.rc, 0) << full.out;
-  // Stop right after the checkpoint at step 17 (mid-epoch: 200 samples, 2×8 per step).
-  auto first = ranks(2, "resume" + common + " --ckpt-at 17 --stop-at 17 --ckpt " + (dir / "c.ckpt") +
-                            " --out " + (dir / "unused.txt"));
+  const std::string stop = std::to_string(at);
+  auto first = ranks(2, "resume" + common + " --ckpt-at " + stop + " --stop-at " + stop + " --ckpt " +
+                            (dir / "c.ckpt") + " --out " + (dir / "unused.txt"));
   ASSERT_EQ(first.rc, 0) << first.out;
   auto second = ranks(2, "resume" + common + " --resume-from " + (dir / "c.ckpt") + " --out " +
                              (dir / "resumed.txt"));
   ASSERT_EQ(second.rc, 0) << second.out;
+}
+
+TEST(Checkpoint, ResumeContinuesBitIdentically) {
+  TempDir dir;
+  // Stop right after the checkpoint at step 17 (mid-epoch: 200 samples, 2×8 per step).
+  ASSERT_NO_FATAL_FAILURE(run_resumed(dir, " --steps 40 --batch 8 --small-buckets", 17));
   const std::string a = slurp(dir / "full.txt"), b = slurp(dir / "resumed.txt");
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "the resumed run's parameters differ from the uninterrupted run's";
@@ -536,17 +543,9 @@ TEST(GradScaler, ResumeRestoresTheScale) {
   TempDir dir;
   // Overflow at step 9, checkpoint at 13: scale and growth tracker are then
   // neither their initial values nor at an interval boundary.
-  const std::string common = " --steps 24 --batch 8 --scaler --overflow-at 9";
-  auto full = ranks(2, "resume" + common + " --out " + (dir / "full.txt"));
-  ASSERT_EQ(full.rc, 0) << full.out;
-  auto first = ranks(2, "resume" + common + " --ckpt-at 13 --stop-at 13 --ckpt " + (dir / "c.ckpt") +
-                            " --out " + (dir / "unused.txt"));
-  ASSERT_EQ(first.rc, 0) << first.out;
-  auto second = ranks(2, "resume" + common + " --resume-from " + (dir / "c.ckpt") + " --out " +
-                             (dir / "resumed.txt"));
-  ASSERT_EQ(second.rc, 0) << second.out;
+  ASSERT_NO_FATAL_FAILURE(run_resumed(dir, " --steps 24 --batch 8 --scaler --overflow-at 9", 13));
   const auto a = read_params(dir / "full.txt");
-  // 1024 ×2 at steps 3, 6, 9-overflow... : the driver's own arithmetic.
+  // The scale the options imply, by the driver's own arithmetic.
   double scale = 1024;
   int good = 0;
   for (int s = 0; s < 24; ++s) {
