@@ -671,7 +671,13 @@ int mode_syncbn(kolo::Communicator& comm, const Args& a) {
   // Shared tensors: the converted module trains the original's.
   if (!sync[0]->named_parameters()["weight"].is_same(mine[0]->named_parameters()["weight"]))
     check_failed("convert_sync_batchnorm did not share the weight");
-  const double tol = 1e-5;
+  // --bf16: the input in bf16 (as under autocast); the reference gets the
+  // same rounded values in f32, and the output (bf16) is compared at bf16's
+  // precision (8 bits: 2^-8 relative).
+  const bool bf16 = a.flag("bf16");
+  if (bf16)
+    for (auto& x : xs) x = x.to(torch::kBFloat16).to(torch::kFloat32);
+  const double tol = bf16 ? 1.0 / 64 : 1e-5;
   for (std::size_t it = 0; it < xs.size(); ++it) {
     const std::string when = " (iteration " + std::to_string(it) + ")";
     for (auto& p : ref->parameters()) p.mutable_grad() = torch::Tensor();
@@ -679,8 +685,12 @@ int mode_syncbn(kolo::Communicator& comm, const Args& a) {
     auto xr = xs[it].clone().requires_grad_(true);
     auto yr = ref->forward(xr);
     (yr * ws[it]).sum().backward();
-    auto xl = xs[it].narrow(0, first, rows[r]).clone().requires_grad_(true);
+    auto xl = xs[it].narrow(0, first, rows[r]).clone();
+    if (bf16) xl = xl.to(torch::kBFloat16);
+    xl.requires_grad_(true);
     auto yl = sync->forward(xl);
+    if (bf16 && (yl.scalar_type() != torch::kBFloat16 || xl.scalar_type() != torch::kBFloat16))
+      check_failed("a bf16 input must give a bf16 output");
     (yl * ws[it].narrow(0, first, rows[r])).sum().backward();
     expect_near(yl, yr.narrow(0, first, rows[r]), tol, "forward output" + when);
     expect_near(xl.grad(), xr.grad().narrow(0, first, rows[r]), tol, "input gradient" + when);
@@ -694,6 +704,13 @@ int mode_syncbn(kolo::Communicator& comm, const Args& a) {
       expect_near(sync[0]->named_buffers()[name], ref[0]->named_buffers()[name], tol, std::string(name) + when);
     if (sync[0]->named_buffers()["num_batches_tracked"].item<std::int64_t>() != static_cast<std::int64_t>(it + 1))
       check_failed("num_batches_tracked" + when);
+  }
+  // A wrong input is refused on every rank, naming the problem.
+  try {
+    sync->forward(torch::zeros({4, C + 2}));
+    check_failed("an input with the wrong number of channels was accepted");
+  } catch (const kolo::Error& e) {
+    std::printf("%s\n", e.what());
   }
   // Eval: running statistics, no communication (rank 0 runs it alone).
   ref->eval();

@@ -571,31 +571,39 @@ struct BnCase {
   int ranks;
   const char* rows;
   int dim;  // 2: BatchNorm2d [N,C,H,W]; 1: BatchNorm1d [N,C]; 3: BatchNorm1d [N,C,L]
+  const char* extra = "";
 };
 
-void PrintTo(const BnCase& c, std::ostream* os) { *os << c.ranks << " ranks, rows " << c.rows << ", dim " << c.dim; }
+void PrintTo(const BnCase& c, std::ostream* os) {
+  *os << c.ranks << " ranks, rows " << c.rows << ", dim " << c.dim << " " << c.extra;
+}
 
 class SyncBN : public ::testing::TestWithParam<BnCase> {};
 
 TEST_P(SyncBN, EqualsBatchNormOverTheGlobalBatch) {
   const auto c = GetParam();
-  auto r = ranks(c.ranks, std::string("syncbn --rows ") + c.rows + " --dim " + std::to_string(c.dim));
+  auto r = ranks(c.ranks, std::string("syncbn --rows ") + c.rows + " --dim " + std::to_string(c.dim) + " " +
+                            c.extra);
   ASSERT_EQ(r.rc, 0) << r.out;
-  for (int rank = 0; rank < c.ranks; ++rank)
-    EXPECT_NE(r.out.find("rank " + std::to_string(rank) + ": SyncBatchNorm matches BatchNorm"),
+  for (int rank = 0; rank < c.ranks; ++rank) {
+    const std::string k = std::to_string(rank);
+    EXPECT_NE(r.out.find("rank " + k + ": SyncBatchNorm matches BatchNorm"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("kolo rank " + k + ": SyncBatchNorm(3): expected an input [N, 3, ...] of 2 to 5 "
+                         "dimensions, got [4, 5] Float"),
               std::string::npos)
         << r.out;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Torch, SyncBN,
                          ::testing::Values(BnCase{2, "4,4", 2}, BnCase{2, "6,2", 2}, BnCase{3, "5,1,3", 2},
                                            BnCase{3, "4,0,7", 2}, BnCase{2, "7,3", 1},
-                                           BnCase{3, "2,5,4", 3}),
+                                           BnCase{3, "2,5,4", 3}, BnCase{2, "5,3", 2, "--bf16"}),
                          [](const auto& info) {
                            std::string rows = info.param.rows;
                            std::replace(rows.begin(), rows.end(), ',', '_');
                            return std::to_string(info.param.ranks) + "ranks_rows" + rows + "_dim" +
-                                  std::to_string(info.param.dim);
+                                  std::to_string(info.param.dim) + (*info.param.extra ? "_bf16" : "");
                          });
 
 TEST(BroadcastBuffers, EveryRankHoldsRankZerosRunningStats) {
