@@ -2,7 +2,7 @@
 """kolo_torch vs PyTorch DDP (Gloo) on the Fashion-MNIST training step, in one run.
 
 For each model (cnn, mlp) and rank count (1, 2) it alternates kolo's
-fashion_mnist --bench-steps and the DDP anchor (/work/shared/anchors), REPS
+fashion_mnist --bench-steps and the DDP anchor (../shared/anchors), REPS
 times each, and prints medians, kolo/DDP ratios and scaling efficiency
 (samples/s at 2 ranks / 2 x samples/s at 1 rank); the machine's ceiling for
 that scaling (two independent 1-rank processes at once: no communication,
@@ -14,7 +14,10 @@ OPENBLAS_NUM_THREADS=1.
 """
 import argparse, os, platform, re, statistics, subprocess, sys, time
 
-ANCHORS = "/work/shared/anchors"
+# The anchors live beside the repository (../shared/anchors), so the script
+# runs from any clone; --anchors or $KOLO_ANCHORS point elsewhere.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ANCHORS = os.environ.get("KOLO_ANCHORS", os.path.join(os.path.dirname(REPO), "shared", "anchors"))
 
 
 def machine():
@@ -27,6 +30,14 @@ def machine():
     except OSError:
         pass
     return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
+
+
+def finish(say, lines, out):
+    """The closing line, then all lines into `out` (if given)."""
+    say(f"# load average at end: {os.getloadavg()[0]:.2f}")
+    if out:
+        with open(out, "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 def run(cmd, env):
@@ -45,7 +56,11 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--models", default="cnn,mlp")
     ap.add_argument("--out")
+    ap.add_argument("--anchors", default=ANCHORS, help="directory of the DDP anchor (default: %(default)s)")
     a = ap.parse_args()
+    anchors = a.anchors
+    if not os.path.isfile(os.path.join(anchors, "ddp_fashion_mnist.py")):
+        sys.exit(f"compare.py: no DDP anchor at {anchors}/ddp_fashion_mnist.py (pass --anchors DIR)")
     kolorun = os.path.join(a.build, "tools/kolorun/kolorun")
     prog = os.path.join(a.build, "examples/fashion_mnist/fashion_mnist")
     # fashion_mnist raises glibc's mmap threshold itself (mallopt); the same
@@ -70,8 +85,8 @@ def main():
 
     def ddp(model, n):
         e = dict(env, MODEL=model, BATCH="32", THREADS="1", STEPS=str(a.steps))
-        return run([f"{ANCHORS}/launch_torch.sh", str(n), "/usr/bin/python3",
-                    f"{ANCHORS}/ddp_fashion_mnist.py"], e)
+        return run([f"{anchors}/launch_torch.sh", str(n), "/usr/bin/python3",
+                    f"{anchors}/ddp_fashion_mnist.py"], e)
 
     def pair(model):  # two independent single-process runs at once
         cmd = [prog, "--model", model, "--batch", "32", "--threads", "1", "--bench-steps", str(a.steps)]
@@ -122,10 +137,7 @@ def main():
     say(f"{'model':5} {'step ms, overlap':>17} {'step ms, no overlap':>20}   (kolo, 2 ranks)")
     for model, (on, off) in overlap.items():
         say(f"{model:5} {on:17.1f} {off:20.1f}")
-    say(f"# load average at end: {os.getloadavg()[0]:.2f}")
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    finish(say, lines, a.out)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 //   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist            # 1 epoch, ~70 s on 2 cores, ~88 %
 //   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist --epochs 3 --resume   # 2 more epochs
 //   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist --model mlp --bench-steps 60 --batch 32
+//   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist --model convbn --amp bf16   # SyncBatchNorm, autocast
 //
 // Every rank holds the whole data set in memory and trains on its shard
 // (DistributedSampler); gradients are averaged by DistributedOptimizer; the
@@ -11,6 +12,7 @@
 // linear warm-up; rank 0 draws the progress bar and writes a checkpoint after
 // every epoch; test accuracy is computed on all ranks (each on a slice of the
 // test set) and summed.
+#include <ATen/autocast_mode.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <kolo/torch.h>
@@ -38,6 +40,13 @@ double seconds_since(Clock::time_point t0) {
 
 struct Net : torch::nn::Module {
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // --amp fp16: LibTorch 1.13 has no f16 convolution, matrix product or
+  // batch norm on the CPU (and CPU autocast is bf16 only), so f16 is
+  // emulated: every activation is rounded to f16 between layers, and
+  // backward's cast rounds its gradient to f16 too — f16's range and
+  // precision, computed in f32. That is what loss scaling exists for.
+  bool fp16 = false;
+  torch::Tensor q(const torch::Tensor& x) const { return fp16 ? x.to(torch::kHalf).to(torch::kFloat32) : x; }
 };
 
 // conv32-conv64-fc128, 1.2 M parameters: the PyTorch DDP anchor's model.
@@ -49,8 +58,8 @@ struct Cnn : Net {
     f2 = register_module("f2", torch::nn::Linear(128, 10));
   }
   torch::Tensor forward(torch::Tensor x) override {
-    x = torch::max_pool2d(torch::relu(c2(torch::relu(c1(x)))), 2);
-    return f2(torch::relu(f1(torch::flatten(x, 1))));
+    x = torch::max_pool2d(q(torch::relu(c2(q(torch::relu(c1(q(x))))))), 2);
+    return f2(q(torch::relu(f1(torch::flatten(x, 1)))));
   }
   torch::nn::Conv2d c1{nullptr}, c2{nullptr};
   torch::nn::Linear f1{nullptr}, f2{nullptr};
@@ -64,9 +73,60 @@ struct Mlp : Net {
     f3 = register_module("f3", torch::nn::Linear(4096, 10));
   }
   torch::Tensor forward(torch::Tensor x) override {
-    return f3(torch::relu(f2(torch::relu(f1(torch::flatten(x, 1))))));
+    return f3(q(torch::relu(f2(q(torch::relu(f1(q(torch::flatten(x, 1)))))))));
   }
   torch::nn::Linear f1{nullptr}, f2{nullptr}, f3{nullptr};
+};
+
+// The classic tutorial ConvNet: conv5x5-16, BatchNorm, ReLU, maxpool;
+// conv5x5-32, BatchNorm, ReLU, maxpool; fc to 10 (0.03 M parameters). A
+// Sequential, so that convert_sync_batchnorm can swap in SyncBatchNorm.
+struct ConvBn : Net {
+  ConvBn() {
+    namespace nn = torch::nn;
+    seq = register_module(
+        "net", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2)), nn::BatchNorm2d(16),
+                              nn::Functional(torch::relu), nn::MaxPool2d(2),
+                              nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2)), nn::BatchNorm2d(32),
+                              nn::Functional(torch::relu), nn::MaxPool2d(2), nn::Flatten(),
+                              nn::Linear(7 * 7 * 32, 10)));
+  }
+  void use_sync_batchnorm(kolo::Communicator comm) {
+    seq = torch::nn::Sequential(replace_module("net", kolo::torch::convert_sync_batchnorm(comm, seq)));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = q(x);
+    for (auto& layer : *seq) x = q(layer.forward(x));
+    return x;
+  }
+  torch::nn::Sequential seq{nullptr};
+};
+
+// --amp bf16: LibTorch 1.13's CPU autocast (what torch.autocast("cpu") sets):
+// convolutions and matrix products run in bf16 inside the scope.
+class CpuAutocast {
+ public:
+  explicit CpuAutocast(bool on) : on_(on) {
+    if (!on_) return;
+    prev_enabled_ = at::autocast::is_cpu_enabled();
+    prev_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~CpuAutocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_cpu_enabled(prev_enabled_);
+    at::autocast::set_autocast_cpu_dtype(prev_dtype_);
+  }
+  CpuAutocast(const CpuAutocast&) = delete;
+  CpuAutocast& operator=(const CpuAutocast&) = delete;
+
+ private:
+  bool on_;
+  bool prev_enabled_ = false;
+  at::ScalarType prev_dtype_ = at::kBFloat16;
 };
 
 // --- data ---------------------------------------------------------------------
@@ -113,7 +173,19 @@ struct Options {
   int bench_steps = 0;
   bool no_progress = false;
   bool zero_memset = false;
+  std::string amp = "none";        // none, bf16 (CPU autocast), fp16 (emulated, loss scaling)
+  std::string batchnorm = "sync";  // convbn: sync, local, broadcast (rank 0's buffers)
 };
+
+// The forward pass and the loss in f32, under autocast with --amp bf16.
+torch::Tensor loss_of(Net& model, const torch::Tensor& x, const torch::Tensor& y, const Options& o) {
+  torch::Tensor logits;
+  {
+    CpuAutocast autocast(o.amp == "bf16");
+    logits = model.forward(x);
+  }
+  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), y);
+}
 
 // Test accuracy: rank r evaluates test samples r, r+size, ...; the counts are summed.
 double evaluate(kolo::Communicator& comm, Net& model, const Tensors& test) {
@@ -135,7 +207,7 @@ double evaluate(kolo::Communicator& comm, Net& model, const Tensors& test) {
 // Throughput as the PyTorch DDP anchor measures it: 5 warm-up steps, then
 // `steps` timed steps of contiguous slices of this rank's strided indices.
 void bench(kolo::Communicator& comm, Net& model, kolo::torch::DistributedOptimizer& opt,
-           const Tensors& train, const Options& o) {
+           kolo::torch::GradScaler& scaler, const Tensors& train, const Options& o) {
   const std::int64_t B = o.batch;
   auto idx = torch::arange(comm.rank(), train.x.size(0), comm.size(), torch::kInt64);
   Clock::time_point t0;
@@ -153,23 +225,24 @@ void bench(kolo::Communicator& comm, Net& model, kolo::torch::DistributedOptimiz
     auto b = idx.slice(0, start, start + B);
     const auto ta = Clock::now();
     opt.zero_grad(!o.zero_memset);
-    loss = torch::nn::functional::cross_entropy(model.forward(train.x.index_select(0, b)),
-                                                train.y.index_select(0, b));
-    loss.backward();
+    loss = loss_of(model, train.x.index_select(0, b), train.y.index_select(0, b), o);
+    scaler.scale(loss).backward();
     const auto tb = Clock::now();
-    opt.synchronize();
+    scaler.unscale(opt);
     const auto tc = Clock::now();
-    opt.step();
+    scaler.step(opt);
+    scaler.update();
     t_compute += std::chrono::duration<double>(tb - ta).count();
     t_sync += std::chrono::duration<double>(tc - tb).count();
     t_update += seconds_since(tc);
   }
   const double dt = seconds_since(t0);
   if (comm.rank() == 0)
-    std::printf("kolo model=%s n=%d batch=%d threads=%d overlap=%s compression=%s "
+    std::printf("kolo model=%s n=%d batch=%d threads=%d overlap=%s compression=%s amp=%s bn=%s "
                 "samples_per_s=%.0f step_ms=%.2f loss=%.3f fwd_bwd_ms=%.2f sync_ms=%.2f update_ms=%.2f\n",
                 o.model.c_str(), comm.size(), o.batch, torch::get_num_threads(),
-                o.no_overlap ? "off" : "on", o.compression.c_str(),
+                o.no_overlap ? "off" : "on", o.compression.c_str(), o.amp.c_str(),
+                o.model == "convbn" ? o.batchnorm.c_str() : "-",
                 o.bench_steps * B * comm.size() / dt, dt / o.bench_steps * 1e3, loss.item<double>(),
                 t_compute / o.bench_steps * 1e3, t_sync / o.bench_steps * 1e3,
                 t_update / o.bench_steps * 1e3);
@@ -195,10 +268,16 @@ int run(const Options& o) {
 
   torch::manual_seed(static_cast<std::uint64_t>(o.seed));
   std::shared_ptr<Net> model;
-  if (o.model == "cnn")
+  if (o.model == "cnn") {
     model = std::make_shared<Cnn>();
-  else
+  } else if (o.model == "convbn") {
+    auto convbn = std::make_shared<ConvBn>();
+    if (o.batchnorm == "sync") convbn->use_sync_batchnorm(comm);
+    model = convbn;
+  } else {
     model = std::make_shared<Mlp>();
+  }
+  model->fp16 = o.amp == "fp16";
   kolo::torch::broadcast_parameters(comm, *model, 0);
 
   kolo::torch::DistributedOptimizerOptions dopt;
@@ -209,14 +288,19 @@ int run(const Options& o) {
   dopt.overlap = !o.no_overlap;
   dopt.bucket_cap_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
   dopt.first_bucket_cap_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
+  dopt.broadcast_buffers = o.model == "convbn" && o.batchnorm == "broadcast";
   kolo::torch::DistributedOptimizer opt(
       comm, *model,
       std::make_unique<torch::optim::SGD>(model->parameters(),
                                           torch::optim::SGDOptions(o.lr).momentum(o.momentum)),
       dopt);
 
+  // Loss scaling for --amp fp16 only: bf16 has f32's range.
+  kolo::torch::GradScaler scaler({.enabled = o.amp == "fp16"});
+  long skipped = 0;
+
   if (o.bench_steps > 0) {
-    bench(comm, *model, opt, train, o);
+    bench(comm, *model, opt, scaler, train, o);
     return 0;
   }
 
@@ -231,6 +315,7 @@ int run(const Options& o) {
     step = st.step;
     sampler.set_state(st.sampler);
     lr_sched.set_step(step);
+    if (st.scaler) scaler.set_state(*st.scaler);
     if (rank0)
       std::printf("resumed from %s: epoch %d, step %lld, %llu samples into the epoch\n",
                   o.checkpoint.c_str(), start_epoch + 1, static_cast<long long>(step),
@@ -239,15 +324,26 @@ int run(const Options& o) {
     std::printf("no checkpoint at %s: starting from scratch\n", o.checkpoint.c_str());
   }
   if (rank0)
-    std::printf("fashion_mnist: %s, %d ranks (%s), %zu training samples, batch %d per rank, "
-                "lr %.3g x %d after %d warm-up steps, %d epochs\n",
-                o.model.c_str(), comm.size(), comm.transport().c_str(), n_train, o.batch, o.lr,
-                comm.size(), o.warmup, o.epochs);
+    std::printf("fashion_mnist: %s%s, %d ranks (%s), %zu training samples, batch %d per rank, "
+                "lr %.3g x %d after %d warm-up steps, %d epochs%s\n",
+                o.model.c_str(),
+                o.model == "convbn" ? (o.batchnorm == "sync" ? " (SyncBatchNorm)"
+                                       : o.batchnorm == "local" ? " (BatchNorm)"
+                                                                : " (BatchNorm, broadcast buffers)")
+                                    : "",
+                comm.size(), comm.transport().c_str(), n_train, o.batch, o.lr, comm.size(), o.warmup,
+                o.epochs,
+                o.amp == "bf16"   ? ", bf16 autocast"
+                : o.amp == "fp16" ? ", f16 (emulated) with loss scaling"
+                                  : "");
   std::fflush(stdout);
 
   auto save = [&](std::int64_t epoch, kolo::torch::SamplerState ss) {
-    if (rank0 && !o.checkpoint.empty())
-      kolo::torch::save_checkpoint(o.checkpoint, *model, opt, {epoch, step, ss});
+    if (rank0 && !o.checkpoint.empty()) {
+      kolo::torch::TrainState st{epoch, step, ss};
+      if (o.amp == "fp16") st.scaler = scaler.state();
+      kolo::torch::save_checkpoint(o.checkpoint, *model, opt, st);
+    }
   };
 
   fmnist::ProgressBar bar(rank0 && !o.no_progress);
@@ -264,16 +360,16 @@ int run(const Options& o) {
     opt.zero_grad(!o.zero_memset);
     while (auto batch = sampler.next(static_cast<std::size_t>(o.batch))) {
       auto idx = kolo::torch::as_tensor(*batch);
-      auto loss = torch::nn::functional::cross_entropy(model->forward(train.x.index_select(0, idx)),
-                                                       train.y.index_select(0, idx));
-      (o.accumulate > 1 ? loss / o.accumulate : loss).backward();
+      auto loss = loss_of(*model, train.x.index_select(0, idx), train.y.index_select(0, idx), o);
+      scaler.scale(o.accumulate > 1 ? loss / o.accumulate : loss).backward();
       const double l = loss.item<double>();
       loss_sum += l;
       loss_avg = micro == 0 ? l : 0.98 * loss_avg + 0.02 * l;
       ++micro;
       ++done;
       if (micro % o.accumulate == 0 || sampler.position() == sampler.num_samples()) {
-        opt.step();
+        if (!scaler.step(opt)) ++skipped;
+        scaler.update();
         opt.zero_grad(!o.zero_memset);
         lr_sched.step();
         ++step;
@@ -293,9 +389,12 @@ int run(const Options& o) {
     acc = evaluate(comm, *model, test);
     save(epoch + 1, {static_cast<std::uint64_t>(epoch + 1), 0});
     if (rank0)
-      bar.finish(fmt::format("epoch {}/{}  loss {:.3f}  test accuracy {:.2f}%  {} samples/s  {:.1f} s",
+      bar.finish(fmt::format("epoch {}/{}  loss {:.3f}  test accuracy {:.2f}%  {} samples/s  {:.1f} s{}",
                            epoch + 1, o.epochs, mean_loss, acc * 100,
-                           fmnist::thousands((done - first) * o.batch * comm.size() / secs), secs));
+                           fmnist::thousands((done - first) * o.batch * comm.size() / secs), secs,
+                           o.amp == "fp16" ? fmt::format("  loss scale {:g}, {} steps skipped",
+                                                         scaler.get_scale(), skipped)
+                                           : ""));
   }
   if (rank0) {
     if (start_epoch >= o.epochs)
@@ -313,8 +412,9 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Data-parallel Fashion-MNIST training with LibTorch and kolo (run under kolorun)"};
   app.add_option("--data", o.data, "directory with the gzipped IDX files")->capture_default_str();
-  app.add_option("--model", o.model, "cnn (1.2 M parameters) or mlp (20.3 M)")
-      ->check(CLI::IsMember({"cnn", "mlp"}))
+  app.add_option("--model", o.model,
+                 "cnn (1.2 M parameters), mlp (20.3 M) or convbn (conv-BN-conv-BN-fc, 0.03 M)")
+      ->check(CLI::IsMember({"cnn", "mlp", "convbn"}))
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch", o.batch, "batch size per rank")->check(CLI::PositiveNumber)->capture_default_str();
@@ -341,6 +441,16 @@ int main(int argc, char** argv) {
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "first bucket cap (MiB)")->capture_default_str();
   app.add_option("--bench-steps", o.bench_steps, "measure samples/s over N steps instead of training");
   app.add_flag("--no-progress", o.no_progress, "no progress bar");
+  app.add_option("--amp", o.amp,
+                 "mixed precision: none, bf16 (CPU autocast), fp16 (f16 rounding emulated in f32, "
+                 "dynamic loss scaling)")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}))
+      ->capture_default_str();
+  app.add_option("--batchnorm", o.batchnorm,
+                 "convbn's BatchNorm: sync (SyncBatchNorm), local (per rank), broadcast (per rank, "
+                 "rank 0's buffers every step)")
+      ->check(CLI::IsMember({"sync", "local", "broadcast"}))
+      ->capture_default_str();
   app.add_flag("--zero-memset", o.zero_memset,
                "zero_grad() zeroes the gradient buckets instead of resetting .grad");
   CLI11_PARSE(app, argc, argv);

@@ -147,13 +147,6 @@ void check_same_tensors(Communicator& comm, const NamedTensors& params,
   throw Error(prefix(rank) + msg);
 }
 
-}  // namespace detail
-
-using detail::prefix;
-
-namespace {
-
-// Broadcasts a list of tensors: all started at once, then waited for.
 void broadcast_all(Communicator& comm, const NamedTensors& tensors, int root) {
   ::torch::NoGradGuard no_grad;
   struct Pending {
@@ -183,6 +176,13 @@ void broadcast_all(Communicator& comm, const NamedTensors& tensors, int root) {
   for (auto& p : pending)
     if (!p.buf.is_same(p.target)) p.target.copy_(p.buf);
 }
+
+}  // namespace detail
+
+using detail::broadcast_all;
+using detail::prefix;
+
+namespace {
 
 NamedTensors to_vector(const ::torch::OrderedDict<std::string, ::torch::Tensor>& d) {
   NamedTensors v;
@@ -244,6 +244,13 @@ void broadcast_parameters(Communicator& comm, const ::torch::nn::Module& module,
   NamedTensors all = params;
   all.insert(all.end(), buffers.begin(), buffers.end());
   broadcast_all(comm, all, root);
+}
+
+void broadcast_buffers(Communicator& comm, const ::torch::nn::Module& module, int root) {
+  const NamedTensors buffers = to_vector(module.named_buffers());
+  detail::check_same_tensors(comm, {}, buffers, root, "broadcast_buffers");
+  if (comm.size() == 1) return;
+  broadcast_all(comm, buffers, root);
 }
 
 void broadcast_parameters(Communicator& comm, const NamedTensors& tensors, int root) {

@@ -25,4 +25,8 @@ std::string describe(const ::torch::Tensor& t);
 void check_same_tensors(Communicator& comm, const NamedTensors& params,
                         const NamedTensors& buffers, int root, const std::string& what);
 
+// Broadcasts the tensors from root in place (non-contiguous ones through a
+// copy): all started at once, then waited for. Collective.
+void broadcast_all(Communicator& comm, const NamedTensors& tensors, int root);
+
 }  // namespace kolo::torch::detail

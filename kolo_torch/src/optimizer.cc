@@ -28,6 +28,14 @@
 // results into .grad and calls the wrapped optimizer. Errors found inside
 // hooks (sparse or non-CPU gradients) are kept and thrown from step(), since
 // the autograd engine would wrap or lose them.
+//
+// Options that add collectives to a step, always in this order after the
+// buckets: broadcast_buffers (one broadcast per buffer, from rank 0).
+//
+// Join (uneven inputs) lives at the end of this file: a finished rank runs
+// shadow steps — the same bucket allreduces with zeros, the same buffer
+// broadcasts, the same optimizer update — and while a Join is attached the
+// buckets are summed and divided by the number of ranks that trained.
 #include <fmt/format.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
@@ -80,6 +88,11 @@ struct DistributedOptimizer::Impl {
   DistributedOptimizerOptions o;
   std::vector<Param> params;
   std::vector<Bucket> buckets;
+  NamedTensors buffers;  // broadcast from rank 0 each step (broadcast_buffers)
+
+  // Join: attached, and the number of ranks that train in the current step.
+  bool join_attached = false;
+  int join_active = 0;
 
   std::mutex mu;
   std::size_t next_launch = 0;
@@ -105,8 +118,12 @@ struct DistributedOptimizer::Impl {
   void fill(std::size_t i);
   void launch_ready();
   void launch(Bucket& b);
-  void synchronize();
+  void synchronize(bool shadow = false);
   void reset_step();
+  // The divisor of Average: the ranks that contributed gradients.
+  double divisor() const {
+    return join_attached && join_active > 0 ? join_active : comm.size();
+  }
   void zero_grad(bool set_to_none);
 };
 
@@ -316,7 +333,8 @@ void DistributedOptimizer::Impl::launch(Bucket& b) {
     const DType wt = o.compression == Compression::FP16 ? DType::F16 : DType::BF16;
     b.work = comm.allreduce_async(b.wire.data_ptr(), b.wire.data_ptr(), n, wt, Op::Sum);
   } else {
-    const Op op = (o.reduction == Reduction::Average && pre == 1.0) ? Op::Average : Op::Sum;
+    // Under a Join the divisor is known only per step: sum, divide later.
+    const Op op = (o.reduction == Reduction::Average && pre == 1.0 && !join_attached) ? Op::Average : Op::Sum;
     b.work = comm.allreduce_async(b.flat.data_ptr(), b.flat.data_ptr(), n, b.dtype, op);
   }
   b.launched = true;
@@ -334,9 +352,18 @@ void DistributedOptimizer::Impl::reset_step() {
   errors.clear();
 }
 
-void DistributedOptimizer::Impl::synchronize() {
+// shadow: a rank that has finished under a Join takes part in another
+// rank's step with zero gradients (nothing of its own was seen).
+void DistributedOptimizer::Impl::synchronize(bool shadow) {
   std::unique_lock<std::mutex> lock(mu);
   if (synchronized) return;
+  if (shadow) {
+    for (auto& b : buckets)
+      if (b.launched)
+        throw Error(err("Join::finish() after a backward pass without step(): this rank's "
+                        "gradients were already being communicated"));
+    reset_step();
+  }
   // Everything backward did not hand over, in bucket order.
   std::vector<std::size_t> missing;
   for (auto& b : buckets) {
@@ -344,7 +371,7 @@ void DistributedOptimizer::Impl::synchronize() {
     for (auto pi : b.params) {
       auto& p = params[pi];
       if (p.ready) continue;
-      if (!p.seen && !o.find_unused_parameters) missing.push_back(pi);
+      if (!p.seen && !o.find_unused_parameters && !shadow) missing.push_back(pi);
       fill(pi);
     }
     b.pending = 0;
@@ -356,6 +383,14 @@ void DistributedOptimizer::Impl::synchronize() {
       b.work.wait();
     } catch (...) {
       if (!comm_error) comm_error = std::current_exception();
+    }
+  }
+  // Before any error is thrown: the peers take part in these too.
+  if (!comm_error && o.broadcast_buffers && comm.size() > 1) {
+    try {
+      detail::broadcast_all(comm, buffers, 0);
+    } catch (...) {
+      comm_error = std::current_exception();
     }
   }
   std::vector<std::string> errs = std::move(errors);
@@ -376,11 +411,12 @@ void DistributedOptimizer::Impl::synchronize() {
   }
 
   ::torch::NoGradGuard no_grad;
-  const double size = comm.size();
+  const double size = divisor();
   const double pre = o.gradient_predivide_factor;
   for (auto& b : buckets) {
     if (b.wire.defined()) b.flat.copy_(b.wire);
-    const bool op_averaged = !b.wire.defined() && o.reduction == Reduction::Average && pre == 1.0;
+    const bool op_averaged =
+        !b.wire.defined() && o.reduction == Reduction::Average && pre == 1.0 && !join_attached;
     if (!op_averaged) {
       // Sum so far of (g / pre): Average wants sum/size, Sum wants the plain sum.
       const double post = o.reduction == Reduction::Average ? size / pre : 1.0 / pre;
@@ -448,7 +484,13 @@ DistributedOptimizer::DistributedOptimizer(Communicator comm, const ::torch::nn:
                                            std::unique_ptr<::torch::optim::Optimizer> optimizer,
                                            DistributedOptimizerOptions options)
     : DistributedOptimizer(std::move(comm), module_parameters(module), std::move(optimizer),
-                           options) {}
+                           options) {
+  if (options.broadcast_buffers) {
+    for (const auto& item : module.named_buffers()) impl_->buffers.emplace_back(item.key(), item.value());
+    // The buffer broadcasts must match on every rank.
+    detail::check_same_tensors(impl_->comm, {}, impl_->buffers, 0, "DistributedOptimizer (broadcast_buffers)");
+  }
+}
 
 DistributedOptimizer::DistributedOptimizer(Communicator comm, NamedTensors named_parameters,
                                            std::unique_ptr<::torch::optim::Optimizer> optimizer,
@@ -473,6 +515,8 @@ void DistributedOptimizer::step() {
   impl_->opt->step();
 }
 
+void DistributedOptimizer::skip_step() { impl_->synchronized = false; }
+
 void DistributedOptimizer::zero_grad(bool set_to_none) { impl_->zero_grad(set_to_none); }
 
 ::torch::optim::Optimizer& DistributedOptimizer::optimizer() { return *impl_->opt; }
@@ -487,6 +531,61 @@ std::vector<std::vector<std::string>> DistributedOptimizer::bucket_layout() cons
     for (auto pi : b.params) out.back().push_back(impl_->params[pi].name);
   }
   return out;
+}
+
+// --- Join ---------------------------------------------------------------------
+
+Join::Join(DistributedOptimizer& optimizer) : opt_(&optimizer) {
+  auto& im = *opt_->impl_;
+  if (im.o.backward_passes_per_step != 1)
+    throw Error(im.err(fmt::format("Join: backward_passes_per_step must be 1, not {} (a rank "
+                                   "could finish in the middle of a step)",
+                                   im.o.backward_passes_per_step)));
+  if (im.join_attached) throw Error(im.err("Join: the optimizer already has a Join attached"));
+  std::lock_guard<std::mutex> lock(im.mu);
+  im.join_attached = true;
+  im.join_active = im.comm.size();
+}
+
+Join::~Join() {
+  std::lock_guard<std::mutex> lock(opt_->impl_->mu);
+  opt_->impl_->join_attached = false;
+  opt_->impl_->join_active = 0;
+}
+
+int Join::begin_step() {
+  auto& im = *opt_->impl_;
+  if (finished_) throw Error(im.err("Join::begin_step() after finish()"));
+  std::int32_t training = 1;
+  im.comm.allreduce(&training, 1, Op::Sum);
+  std::lock_guard<std::mutex> lock(im.mu);
+  im.join_active = training;
+  return training;
+}
+
+std::int64_t Join::finish() {
+  auto& im = *opt_->impl_;
+  if (finished_) return 0;
+  finished_ = true;
+  std::int64_t shadowed = 0;
+  for (;;) {
+    std::int32_t training = 0;
+    im.comm.allreduce(&training, 1, Op::Sum);
+    if (training == 0) break;  // every rank is in finish(): all see 0 together
+    {
+      std::lock_guard<std::mutex> lock(im.mu);
+      im.join_active = training;
+    }
+    // The step the training ranks take: zero gradients into the same
+    // allreduces, then the same update with the averaged result.
+    opt_->zero_grad();
+    im.synchronize(/*shadow=*/true);
+    im.synchronized = false;
+    im.opt->step();
+    ++shadowed;
+  }
+  im.join_active = im.comm.size();
+  return shadowed;
 }
 
 }  // namespace kolo::torch

@@ -33,7 +33,8 @@ using detail::prefix;
 //  32     payload: torch::pickle_save of a dict
 //           format "kolo-checkpoint", model {name: tensor}, optimizer (u8
 //           tensor holding LibTorch's optimizer archive), lrs [double],
-//           epoch, step, sampler_epoch, sampler_position
+//           epoch, step, sampler_epoch, sampler_position, and with a
+//           GradScaler scaler_scale (double), scaler_growth_tracker (int)
 //
 // The payload is an ordinary PyTorch zip archive, so after skipping the 32
 // header bytes Python's torch.load() can read it too.
@@ -240,6 +241,8 @@ TrainState restore(const std::string& path, const std::string& payload, ::torch:
   st.step = get("step").toInt();
   st.sampler.epoch = static_cast<std::uint64_t>(get("sampler_epoch").toInt());
   st.sampler.position = static_cast<std::uint64_t>(get("sampler_position").toInt());
+  if (dict.contains("scaler_scale"))
+    st.scaler = GradScalerState{get("scaler_scale").toDouble(), get("scaler_growth_tracker").toInt()};
   return st;
 }
 
@@ -274,6 +277,10 @@ void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
   dict.insert("step", state.step);
   dict.insert("sampler_epoch", static_cast<std::int64_t>(state.sampler.epoch));
   dict.insert("sampler_position", static_cast<std::int64_t>(state.sampler.position));
+  if (state.scaler) {
+    dict.insert("scaler_scale", state.scaler->scale);
+    dict.insert("scaler_growth_tracker", state.scaler->growth_tracker);
+  }
   const std::vector<char> payload = ::torch::pickle_save(c10::IValue(dict));
 
   std::string header(kHeaderBytes, '\0');

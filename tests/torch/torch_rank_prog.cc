@@ -23,6 +23,17 @@
 //   tensors   broadcast / allreduce / allreduce_scalar on tensors.
 //   bad_tensors  strided, sparse, non-CPU, bool and complex tensors refused.
 //   loader    TorchSampler with torch::data::make_data_loader.
+//   scaler    GradScaler with an inf forced on one rank (--inject loss: in
+//             its loss; --inject grad: in one averaged gradient, after
+//             synchronize(), so only the collective can spread it); prints
+//             every step's decision and scale.
+//   syncbn    SyncBatchNorm (via convert_sync_batchnorm) on each rank's rows
+//             (--rows 5,3) against LibTorch's BatchNorm over the global batch
+//             in the same process: outputs, gradients, running statistics.
+//   bufbcast  plain BatchNorm with broadcast_buffers: every rank's buffers
+//             equal those of a BatchNorm fed rank 0's batches alone.
+//   join      uneven inputs (--batches 3,6 per rank) under kolo::torch::Join;
+//   join_ref  the same training computed in one process (the reference).
 //
 // Exit status: 0 ok, 2 a check failed (message on stderr), 3 an exception
 // (its text on stderr, which the driver asserts on).
@@ -33,6 +44,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <numeric>
+#include <sstream>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -140,6 +154,15 @@ DistributedOptimizerOptions optimizer_options(const Args& a) {
   return o;
 }
 
+// --clip: clip_grad_norm_ to this norm between synchronize() and the update;
+// counts the steps that were clipped.
+long clipped_steps = 0;
+void maybe_clip(torch::nn::Module& net, const Args& a) {
+  if (!a.flag("clip")) return;
+  const double norm = torch::nn::utils::clip_grad_norm_(net.parameters(), a.real("clip", 1.0));
+  if (norm > a.real("clip", 1.0)) ++clipped_steps;
+}
+
 int mode_equiv(kolo::Communicator& comm, const Args& a) {
   const int N = comm.size(), r = comm.rank();
   const long K = a.num("steps", 8), b = a.num("batch", 8);
@@ -168,6 +191,9 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
         p.mutable_grad() = torch::empty_strided(p.sizes(), {1, p.size(0)}).zero_();
   }
 
+  // --scaler: the loss is scaled by 2^k (exact), so the result must be the
+  // baseline's; --clip then shows that unscale() ran before the clipping.
+  kolo::torch::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 3});
   for (long s = 0; s < K; ++s) {
     if (a.flag("grads-to-none")) {  // AccumulateGrad then makes fresh .grad tensors
       for (auto& p : net.parameters()) p.mutable_grad() = torch::Tensor();
@@ -180,11 +206,24 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
       auto rows = torch::arange(base + m * micro, base + (m + 1) * micro, torch::kInt64);
       auto out = net.forward(d.x.index_select(0, rows));
       auto loss = torch::nn::functional::cross_entropy(out, d.y.index_select(0, rows));
+      if (a.flag("scaler")) loss = scaler.scale(loss);
       (acc > 1 ? loss / static_cast<double>(acc) : loss).backward();
+    }
+    if (a.flag("scaler")) {
+      scaler.unscale(opt);
+      maybe_clip(net, a);
+      if (!scaler.step(opt)) check_failed("GradScaler skipped a step without inf/NaN");
+      scaler.update();
+      check_identical(comm, net, "after step " + std::to_string(s + 1));
+      continue;
     }
     if (a.flag("synchronize")) {  // the two halves of step(), e.g. to clip in between
       opt.synchronize();
       opt.synchronize();  // a second call is a no-op
+    }
+    if (!a.flag("scaler") && a.flag("clip")) {  // the 1-rank baseline of --scaler --clip
+      opt.synchronize();
+      maybe_clip(net, a);
     }
     opt.step();
     check_identical(comm, net, "after step " + std::to_string(s + 1));
@@ -193,6 +232,8 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
     for (auto& p : net.parameters())
       if (p.dim() == 2 && p.grad().is_contiguous()) check_failed("the test's gradients became contiguous");
   if (r == 0 && !a.get("out").empty()) write_params(net, a.get("out"));
+  if (a.flag("clip")) std::printf("rank %d: clipped %ld of %ld steps\n", r, clipped_steps, K);
+  if (a.flag("scaler")) std::printf("rank %d: final scale %g\n", r, scaler.get_scale());
   return 0;
 }
 
@@ -211,6 +252,11 @@ int mode_resume(kolo::Communicator& comm, const Args& a) {
   kolo::torch::LinearScalingWarmup sched(opt.optimizer(), comm.size(), 10);
   kolo::torch::DistributedSampler sampler(comm, static_cast<std::size_t>(d.x.size(0)),
                                           {.shuffle = true, .seed = 5});
+  // --scaler: grows every 3 steps, and an inf on rank 1 at --overflow-at
+  // backs it off, so the scale and its growth tracker are mid-interval at
+  // most checkpoints.
+  const bool use_scaler = a.flag("scaler");
+  kolo::torch::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 3});
   std::int64_t step = 0, epoch = 0;
   if (!a.get("resume-from").empty()) {
     auto st = kolo::torch::load_checkpoint(comm, a.get("resume-from"), net, opt);
@@ -218,6 +264,10 @@ int mode_resume(kolo::Communicator& comm, const Args& a) {
     epoch = st.epoch;
     sampler.set_state(st.sampler);
     sched.set_step(step);
+    if (use_scaler) {
+      if (!st.scaler) check_failed("the checkpoint holds no GradScaler state");
+      scaler.set_state(*st.scaler);
+    }
   }
   for (; step < steps; ++epoch) {
     sampler.set_epoch(static_cast<std::uint64_t>(epoch));
@@ -226,18 +276,37 @@ int mode_resume(kolo::Communicator& comm, const Args& a) {
       if (!batch) break;
       auto idx = kolo::torch::as_tensor(*batch);
       opt.zero_grad();
-      torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, idx)), d.y.index_select(0, idx))
-          .backward();
-      opt.step();
+      auto loss = torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, idx)),
+                                                       d.y.index_select(0, idx));
+      if (use_scaler) {
+        if (comm.rank() == 1 && step == a.num("overflow-at", -1))
+          loss = loss * std::numeric_limits<float>::infinity();
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+      } else {
+        loss.backward();
+        opt.step();
+      }
       sched.step();
       ++step;
-      if (step == ckpt_at && comm.rank() == 0)
-        kolo::torch::save_checkpoint(ckpt, net, opt, {epoch, step, sampler.state()});
+      if (step == ckpt_at && comm.rank() == 0) {
+        kolo::torch::TrainState st{epoch, step, sampler.state()};
+        if (use_scaler) st.scaler = scaler.state();
+        kolo::torch::save_checkpoint(ckpt, net, opt, st);
+      }
       if (a.num("stop-at", 0) == step) return 0;  // "crash" right after the checkpoint
     }
   }
   check_identical(comm, net, "at the end");
-  if (comm.rank() == 0) write_params(net, a.get("out"));
+  if (comm.rank() == 0) {
+    write_params(net, a.get("out"));
+    if (use_scaler) {  // two more "tensors" for the driver's byte comparison
+      std::ofstream out(a.get("out"), std::ios::app);
+      out << "scaler.scale 1\n" << scaler.get_scale() << "\nscaler.growth_tracker 1\n"
+          << scaler.state().growth_tracker << '\n';
+    }
+  }
   return 0;
 }
 
@@ -490,6 +559,292 @@ int mode_loader(kolo::Communicator& comm, const Args&) {
   return 0;
 }
 
+// --- GradScaler ---------------------------------------------------------------
+
+// Prints "rank R step S stepped|skipped scale X" for every step; checks that
+// a skipped step leaves the parameters as they were, a taken one changes them,
+// and that all ranks stay identical.
+int mode_scaler(kolo::Communicator& comm, const Args& a) {
+  const int r = comm.rank();
+  const long K = a.num("steps", 10), b = 8;
+  const long overflow_step = a.num("overflow-step", -1), overflow_rank = a.num("overflow-rank", 1);
+  const std::string inject = a.get("inject", "grad");
+  Data d = make_data(1024);
+  torch::manual_seed(7);
+  Net net;
+  DistributedOptimizer opt(
+      comm, net,
+      std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)),
+      optimizer_options(a));
+  kolo::torch::GradScaler scaler({.init_scale = a.real("init-scale", 1024.0),
+                                  .growth_factor = 2.0,
+                                  .backoff_factor = 0.5,
+                                  .growth_interval = a.num("growth-interval", 3)});
+  for (long s = 0; s < K; ++s) {
+    const bool here = s == overflow_step && r == overflow_rank;
+    opt.zero_grad();
+    auto rows = torch::arange((s * comm.size() + r) * b, (s * comm.size() + r + 1) * b, torch::kInt64);
+    auto loss = torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, rows)),
+                                                     d.y.index_select(0, rows));
+    if (here && inject == "loss") loss = loss * std::numeric_limits<float>::infinity();
+    scaler.scale(loss).backward();
+    if (here && inject == "grad") {
+      // After the allreduce, on this rank only: no other rank can see it
+      // unless the GradScaler's own collective tells them.
+      opt.synchronize();
+      torch::NoGradGuard g;
+      net.fc2->bias.mutable_grad()[0] = std::numeric_limits<float>::infinity();
+    }
+    const auto before = flat_params(net).clone();
+    const bool stepped = scaler.step(opt);
+    const bool changed = !torch::equal(before, flat_params(net));
+    if (stepped != changed)
+      check_failed("step " + std::to_string(s) + (stepped ? " stepped but left" : " was skipped but changed") +
+                   " the parameters");
+    scaler.update();
+    std::printf("rank %d step %ld %s scale %g\n", r, s, stepped ? "stepped" : "skipped", scaler.get_scale());
+    check_identical(comm, net, "after step " + std::to_string(s));
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+// --- SyncBatchNorm --------------------------------------------------------------
+
+std::vector<long> parse_list(const std::string& s) {
+  std::vector<long> v;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) v.push_back(std::stol(item));
+  return v;
+}
+
+// max|a−b| <= tol·max(1, max|b|), else a check failure naming `what`.
+void expect_near(const torch::Tensor& got, const torch::Tensor& want, double tol, const std::string& what) {
+  if (got.sizes() != want.sizes()) check_failed(what + ": shapes differ");
+  if (got.numel() == 0) return;
+  const double diff = (got.to(torch::kDouble) - want.to(torch::kDouble)).abs().max().item<double>();
+  const double scale = std::max(1.0, want.to(torch::kDouble).abs().max().item<double>());
+  if (!(diff <= tol * scale))
+    check_failed(what + ": differs from the reference by " + std::to_string(diff));
+}
+
+// Every rank's rows of a global batch; the reference, LibTorch's own
+// BatchNorm over the whole batch, is computed on every rank.
+int mode_syncbn(kolo::Communicator& comm, const Args& a) {
+  const int r = comm.rank();
+  const auto rows = parse_list(a.get("rows", "5,3"));
+  if (static_cast<int>(rows.size()) != comm.size()) check_failed("--rows needs one count per rank");
+  const long total = std::accumulate(rows.begin(), rows.end(), 0L);
+  const long first = std::accumulate(rows.begin(), rows.begin() + r, 0L);
+  const int dim = static_cast<int>(a.num("dim", 2));
+  const std::int64_t C = 3;
+  std::vector<std::int64_t> shape = {total, C};
+  if (dim == 2) shape.insert(shape.end(), {4, 5});
+  if (dim == 3) shape.push_back(6);  // BatchNorm1d on [N, C, L]
+  torch::manual_seed(11);
+  // An offset mean and a spread, so that a wrong variance formula shows.
+  const auto make_x = [&] { return torch::randn(shape, torch::kFloat32) * 2.5 + 4.0; };
+  std::vector<torch::Tensor> xs, ws;
+  for (int it = 0; it < 3; ++it) {
+    xs.push_back(make_x());
+    ws.push_back(torch::randn(shape));  // loss = Σ y ⊙ w
+  }
+  auto options = torch::nn::BatchNormOptions(C).momentum(0.3);
+  torch::nn::Sequential ref, mine;
+  if (dim == 2) {
+    ref->push_back(torch::nn::BatchNorm2d(options));
+    mine->push_back(torch::nn::BatchNorm2d(options));
+  } else {
+    ref->push_back(torch::nn::BatchNorm1d(options));
+    mine->push_back(torch::nn::BatchNorm1d(options));
+  }
+  {  // non-trivial affine parameters, the same in both
+    torch::NoGradGuard g;
+    auto w = torch::rand({C}) + 0.5, bias = torch::randn({C});
+    for (auto* m : {&ref, &mine}) {
+      (*m)[0]->named_parameters()["weight"].copy_(w);
+      (*m)[0]->named_parameters()["bias"].copy_(bias);
+    }
+  }
+  auto sync = kolo::torch::convert_sync_batchnorm(comm, mine);
+  if (!sync[0]->as<kolo::torch::SyncBatchNormImpl>()) check_failed("convert_sync_batchnorm left a BatchNorm");
+  // Shared tensors: the converted module trains the original's.
+  if (!sync[0]->named_parameters()["weight"].is_same(mine[0]->named_parameters()["weight"]))
+    check_failed("convert_sync_batchnorm did not share the weight");
+  // --bf16: the input in bf16 (as under autocast); the reference gets the
+  // same rounded values in f32, and the output (bf16) is compared at bf16's
+  // precision (8 bits: 2^-8 relative).
+  const bool bf16 = a.flag("bf16");
+  if (bf16)
+    for (auto& x : xs) x = x.to(torch::kBFloat16).to(torch::kFloat32);
+  const double tol = bf16 ? 1.0 / 64 : 1e-5;
+  for (std::size_t it = 0; it < xs.size(); ++it) {
+    const std::string when = " (iteration " + std::to_string(it) + ")";
+    for (auto& p : ref->parameters()) p.mutable_grad() = torch::Tensor();
+    for (auto& p : sync->parameters()) p.mutable_grad() = torch::Tensor();
+    auto xr = xs[it].clone().requires_grad_(true);
+    auto yr = ref->forward(xr);
+    (yr * ws[it]).sum().backward();
+    auto xl = xs[it].narrow(0, first, rows[r]).clone();
+    if (bf16) xl = xl.to(torch::kBFloat16);
+    xl.requires_grad_(true);
+    auto yl = sync->forward(xl);
+    if (bf16 && (yl.scalar_type() != torch::kBFloat16 || xl.scalar_type() != torch::kBFloat16))
+      check_failed("a bf16 input must give a bf16 output");
+    (yl * ws[it].narrow(0, first, rows[r])).sum().backward();
+    expect_near(yl, yr.narrow(0, first, rows[r]), tol, "forward output" + when);
+    expect_near(xl.grad(), xr.grad().narrow(0, first, rows[r]), tol, "input gradient" + when);
+    // Each rank holds its rows' share of dL/dw; the sum over ranks is the whole.
+    for (const char* name : {"weight", "bias"}) {
+      auto g = sync[0]->named_parameters()[name].grad().clone();
+      kolo::torch::allreduce(comm, g, kolo::Op::Sum);
+      expect_near(g, ref[0]->named_parameters()[name].grad(), tol, std::string(name) + " gradient" + when);
+    }
+    for (const char* name : {"running_mean", "running_var"})
+      expect_near(sync[0]->named_buffers()[name], ref[0]->named_buffers()[name], tol, std::string(name) + when);
+    if (sync[0]->named_buffers()["num_batches_tracked"].item<std::int64_t>() != static_cast<std::int64_t>(it + 1))
+      check_failed("num_batches_tracked" + when);
+  }
+  // A wrong input is refused on every rank, naming the problem.
+  try {
+    sync->forward(torch::zeros({4, C + 2}));
+    check_failed("an input with the wrong number of channels was accepted");
+  } catch (const kolo::Error& e) {
+    std::printf("%s\n", e.what());
+  }
+  // Eval: running statistics, no communication (rank 0 runs it alone).
+  ref->eval();
+  sync->eval();
+  if (r == 0) {
+    torch::NoGradGuard g;
+    expect_near(sync->forward(xs[0]), ref->forward(xs[0]), tol, "eval output");
+  }
+  std::printf("rank %d: SyncBatchNorm matches BatchNorm over the global batch (%ld of %ld rows)\n", r,
+              rows[r], total);
+  return 0;
+}
+
+// --- broadcast_buffers ---------------------------------------------------------------
+
+struct BnNet : torch::nn::Module {
+  BnNet() {
+    bn = register_module("bn", torch::nn::BatchNorm1d(4));
+    fc = register_module("fc", torch::nn::Linear(4, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc(bn(x)); }
+  torch::nn::BatchNorm1d bn{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
+// Rank q's batch at step s (every rank can make every rank's).
+torch::Tensor bn_batch(int q, long s) {
+  torch::manual_seed(1000 + 100 * static_cast<std::uint64_t>(q) + static_cast<std::uint64_t>(s));
+  return torch::randn({6, 4}) * (q + 1) + q;  // ranks' data differ in mean and spread
+}
+
+int mode_bufbcast(kolo::Communicator& comm, const Args& a) {
+  const int r = comm.rank();
+  const bool on = !a.flag("off");
+  torch::manual_seed(7);
+  BnNet net;
+  DistributedOptimizerOptions o;
+  o.broadcast_buffers = on;
+  DistributedOptimizer opt(
+      comm, net, std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1)), o);
+  // The reference: the BatchNorm as rank 0 alone would have it.
+  torch::nn::BatchNorm1d ref(4);
+  bool ever_differ = false;
+  for (long s = 0; s < 4; ++s) {
+    opt.zero_grad();
+    net.forward(bn_batch(r, s)).pow(2).mean().backward();
+    opt.step();
+    {
+      torch::NoGradGuard g;
+      ref->forward(bn_batch(0, s));
+    }
+    auto mine = torch::cat({net.bn->running_mean, net.bn->running_var}).contiguous();
+    auto root = mine.clone();
+    kolo::torch::broadcast(comm, root, 0);
+    std::int32_t differ = !torch::equal(mine, root);
+    comm.allreduce(&differ, 1, kolo::Op::Max);
+    ever_differ = ever_differ || differ;
+    if (on) {
+      if (differ) check_failed("buffers differ between ranks after step " + std::to_string(s));
+      expect_near(net.bn->running_mean, ref->running_mean, 1e-6, "running_mean");
+      expect_near(net.bn->running_var, ref->running_var, 1e-6, "running_var");
+      if (net.bn->num_batches_tracked.item<std::int64_t>() != s + 1) check_failed("num_batches_tracked");
+    }
+  }
+  std::printf("rank %d: buffers %s\n", r, ever_differ ? "differ between ranks" : "equal rank 0's");
+  return 0;
+}
+
+// --- Join ------------------------------------------------------------------------
+
+constexpr long kJoinBatch = 8;
+// Rank q's batch s: a block of the fixed data set.
+torch::Tensor join_rows(int q, int size, long s) {
+  const long base = (s * size + q) * kJoinBatch;
+  return torch::arange(base, base + kJoinBatch, torch::kInt64);
+}
+
+std::unique_ptr<torch::optim::SGD> join_sgd(Net& net) {
+  return std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+}
+
+int mode_join(kolo::Communicator& comm, const Args& a) {
+  const int r = comm.rank();
+  const auto batches = parse_list(a.get("batches", "3,6"));
+  if (static_cast<int>(batches.size()) != comm.size()) check_failed("--batches needs one count per rank");
+  Data d = make_data(2048);
+  torch::manual_seed(7);
+  Net net;
+  DistributedOptimizer opt(comm, net, join_sgd(net), optimizer_options(a));
+  kolo::torch::Join join(opt);
+  for (long s = 0; s < batches[r]; ++s) {
+    const int training = join.begin_step();
+    long expect = 0;
+    for (auto n : batches) expect += n > s;
+    if (training != expect) check_failed("begin_step() counted " + std::to_string(training) + " ranks");
+    opt.zero_grad();
+    auto rows = join_rows(r, comm.size(), s);
+    torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, rows)), d.y.index_select(0, rows))
+        .backward();
+    opt.step();
+  }
+  const auto shadowed = join.finish();
+  const long most = *std::max_element(batches.begin(), batches.end());
+  if (shadowed != most - batches[r]) check_failed("finish() shadowed " + std::to_string(shadowed) + " steps");
+  check_identical(comm, net, "after Join::finish()");
+  std::printf("rank %d: %ld own steps, %lld shadowed\n", r, batches[r], static_cast<long long>(shadowed));
+  if (r == 0 && !a.get("out").empty()) write_params(net, a.get("out"));
+  return 0;
+}
+
+// One process: in step s the gradient is the mean loss over the batches of
+// the ranks that still have one (equal batch sizes: the mean of their means).
+int mode_join_ref(kolo::Communicator&, const Args& a) {
+  const auto batches = parse_list(a.get("batches", "3,6"));
+  const int size = static_cast<int>(batches.size());
+  Data d = make_data(2048);
+  torch::manual_seed(7);
+  Net net;
+  auto sgd = join_sgd(net);
+  const long most = *std::max_element(batches.begin(), batches.end());
+  for (long s = 0; s < most; ++s) {
+    std::vector<torch::Tensor> rows;
+    for (int q = 0; q < size; ++q)
+      if (batches[static_cast<std::size_t>(q)] > s) rows.push_back(join_rows(q, size, s));
+    auto idx = torch::cat(rows);
+    sgd->zero_grad();
+    torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, idx)), d.y.index_select(0, idx))
+        .backward();
+    sgd->step();
+  }
+  write_params(net, a.get("out"));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -528,6 +883,11 @@ int main(int argc, char** argv) {
     if (mode == "tensors") return mode_tensors(comm, a);
     if (mode == "bad_tensors") return mode_bad_tensors(comm, a);
     if (mode == "loader") return mode_loader(comm, a);
+    if (mode == "scaler") return mode_scaler(comm, a);
+    if (mode == "syncbn") return mode_syncbn(comm, a);
+    if (mode == "bufbcast") return mode_bufbcast(comm, a);
+    if (mode == "join") return mode_join(comm, a);
+    if (mode == "join_ref") return mode_join_ref(comm, a);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 64;
   } catch (const std::exception& e) {

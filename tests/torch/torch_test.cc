@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -285,18 +286,25 @@ INSTANTIATE_TEST_SUITE_P(Torch, Equivalence,
 // ---------------------------------------------------------------------------
 // Checkpoints
 
-TEST(Checkpoint, ResumeContinuesBitIdentically) {
-  TempDir dir;
-  const std::string common = " --steps 40 --batch 8 --small-buckets";
+// Three 2-rank runs of mode "resume" with `common` arguments: uninterrupted
+// (dir/full.txt); stopped right after a checkpoint at step `at`; resumed
+// from it (dir/resumed.txt).
+void run_resumed(const TempDir& dir, const std::string& common, int at) {
   auto full = ranks(2, "resume" + common + " --out " + (dir / "full.txt"));
   ASSERT_EQ(full.rc, 0) << full.out;
-  // Stop right after the checkpoint at step 17 (mid-epoch: 200 samples, 2×8 per step).
-  auto first = ranks(2, "resume" + common + " --ckpt-at 17 --stop-at 17 --ckpt " + (dir / "c.ckpt") +
-                            " --out " + (dir / "unused.txt"));
+  const std::string stop = std::to_string(at);
+  auto first = ranks(2, "resume" + common + " --ckpt-at " + stop + " --stop-at " + stop + " --ckpt " +
+                            (dir / "c.ckpt") + " --out " + (dir / "unused.txt"));
   ASSERT_EQ(first.rc, 0) << first.out;
   auto second = ranks(2, "resume" + common + " --resume-from " + (dir / "c.ckpt") + " --out " +
                              (dir / "resumed.txt"));
   ASSERT_EQ(second.rc, 0) << second.out;
+}
+
+TEST(Checkpoint, ResumeContinuesBitIdentically) {
+  TempDir dir;
+  // Stop right after the checkpoint at step 17 (mid-epoch: 200 samples, 2×8 per step).
+  ASSERT_NO_FATAL_FAILURE(run_resumed(dir, " --steps 40 --batch 8 --small-buckets", 17));
   const std::string a = slurp(dir / "full.txt"), b = slurp(dir / "resumed.txt");
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "the resumed run's parameters differ from the uninterrupted run's";
@@ -463,5 +471,182 @@ TEST(Collectives, TorchDataLoaderWithSampler) {
   auto r = ranks(2, "loader");
   EXPECT_EQ(r.rc, 0) << r.out;
 }
+
+// ---------------------------------------------------------------------------
+// GradScaler
+
+// The scale sequence the options imply (growth ×2 after `interval` good
+// steps, ×0.5 and a reset on an overflow), computed here independently.
+std::vector<std::string> expected_scaler_log(int rank, int steps, double scale, int interval, int overflow) {
+  std::vector<std::string> lines;
+  int good = 0;
+  for (int s = 0; s < steps; ++s) {
+    const bool skip = s == overflow;
+    if (skip) {
+      scale *= 0.5;
+      good = 0;
+    } else if (++good == interval) {
+      scale *= 2;
+      good = 0;
+    }
+    std::ostringstream line;
+    line << "rank " << rank << " step " << s << (skip ? " skipped" : " stepped") << " scale " << scale;
+    lines.push_back(line.str());
+  }
+  return lines;
+}
+
+void expect_scaler_log(const Result& r, int nranks, int steps, int overflow) {
+  for (int rank = 0; rank < nranks; ++rank)
+    for (const auto& line : expected_scaler_log(rank, steps, 1024, 3, overflow))
+      EXPECT_NE(r.out.find(line + "\n"), std::string::npos) << line << "\n" << r.out;
+}
+
+// An inf in one averaged gradient on rank 1 only (after synchronize()): only
+// GradScaler's collective can tell rank 0, which must skip the same step.
+TEST(GradScaler, OverflowOnOneRankSkipsTheStepOnEveryRank) {
+  for (int n : {2, 3}) {
+    auto r = ranks(n, "scaler --steps 8 --overflow-step 4 --overflow-rank 1 --inject grad");
+    ASSERT_EQ(r.rc, 0) << r.out;  // includes: identical parameters, skipped steps change nothing
+    expect_scaler_log(r, n, 8, 4);
+  }
+}
+
+TEST(GradScaler, InfInOneRanksLoss) {
+  auto r = ranks(2, "scaler --steps 6 --overflow-step 1 --overflow-rank 0 --inject loss --small-buckets");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  expect_scaler_log(r, 2, 6, 1);
+}
+
+TEST(GradScaler, GrowsAfterTheInterval) {
+  auto r = ranks(2, "scaler --steps 7");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  expect_scaler_log(r, 2, 7, -1);  // 1024 → 2048 after step 2 → 4096 after step 5
+  EXPECT_NE(r.out.find("rank 1 step 6 stepped scale 4096\n"), std::string::npos) << r.out;
+}
+
+// Scaled losses (powers of two) unscaled before clipping give exactly the
+// 1-rank run's clipped training.
+TEST(GradScaler, UnscalesBeforeClipping) {
+  TempDir dir;
+  const std::string args = "equiv --steps 8 --clip 0.1 --out ";
+  auto base = single(args + (dir / "base.txt") + " --batch 16");
+  ASSERT_EQ(base.rc, 0) << base.out;
+  auto r = ranks(2, args + (dir / "scaled.txt") + " --batch 8 --scaler --small-buckets");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("rank 0: clipped 8 of 8 steps"), std::string::npos) << "clipping must be active\n" << r.out;
+  EXPECT_NE(r.out.find("rank 1: final scale 4096"), std::string::npos) << r.out;
+  expect_close(read_params(dir / "scaled.txt"), read_params(dir / "base.txt"), 1e-5, "scaler+clip");
+}
+
+TEST(GradScaler, ResumeRestoresTheScale) {
+  TempDir dir;
+  // Overflow at step 9, checkpoint at 13: scale and growth tracker are then
+  // neither their initial values nor at an interval boundary.
+  ASSERT_NO_FATAL_FAILURE(run_resumed(dir, " --steps 24 --batch 8 --scaler --overflow-at 9", 13));
+  const auto a = read_params(dir / "full.txt");
+  // The scale the options imply, by the driver's own arithmetic.
+  double scale = 1024;
+  int good = 0;
+  for (int s = 0; s < 24; ++s) {
+    if (s == 9) {
+      scale *= 0.5;
+      good = 0;
+    } else if (++good == 3) {
+      scale *= 2;
+      good = 0;
+    }
+  }
+  ASSERT_EQ(a.count("scaler.scale"), 1u);
+  EXPECT_EQ(a.at("scaler.scale")[0], scale);
+  EXPECT_EQ(a.at("scaler.growth_tracker")[0], good);
+  EXPECT_TRUE(slurp(dir / "full.txt") == slurp(dir / "resumed.txt"))
+      << "the resumed run's parameters or scale differ from the uninterrupted run's";
+}
+
+// ---------------------------------------------------------------------------
+// SyncBatchNorm and broadcast_buffers
+
+struct BnCase {
+  int ranks;
+  const char* rows;
+  int dim;  // 2: BatchNorm2d [N,C,H,W]; 1: BatchNorm1d [N,C]; 3: BatchNorm1d [N,C,L]
+  const char* extra = "";
+};
+
+void PrintTo(const BnCase& c, std::ostream* os) {
+  *os << c.ranks << " ranks, rows " << c.rows << ", dim " << c.dim << " " << c.extra;
+}
+
+class SyncBN : public ::testing::TestWithParam<BnCase> {};
+
+TEST_P(SyncBN, EqualsBatchNormOverTheGlobalBatch) {
+  const auto c = GetParam();
+  auto r = ranks(c.ranks, std::string("syncbn --rows ") + c.rows + " --dim " + std::to_string(c.dim) + " " +
+                            c.extra);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (int rank = 0; rank < c.ranks; ++rank) {
+    const std::string k = std::to_string(rank);
+    EXPECT_NE(r.out.find("rank " + k + ": SyncBatchNorm matches BatchNorm"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("kolo rank " + k + ": SyncBatchNorm(3): expected an input [N, 3, ...] of 2 to 5 "
+                         "dimensions, got [4, 5] Float"),
+              std::string::npos)
+        << r.out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Torch, SyncBN,
+                         ::testing::Values(BnCase{2, "4,4", 2}, BnCase{2, "6,2", 2}, BnCase{3, "5,1,3", 2},
+                                           BnCase{3, "4,0,7", 2}, BnCase{2, "7,3", 1},
+                                           BnCase{3, "2,5,4", 3}, BnCase{2, "5,3", 2, "--bf16"}),
+                         [](const auto& info) {
+                           std::string rows = info.param.rows;
+                           std::replace(rows.begin(), rows.end(), ',', '_');
+                           return std::to_string(info.param.ranks) + "ranks_rows" + rows + "_dim" +
+                                  std::to_string(info.param.dim) + (*info.param.extra ? "_bf16" : "");
+                         });
+
+TEST(BroadcastBuffers, EveryRankHoldsRankZerosRunningStats) {
+  auto on = ranks(2, "bufbcast");
+  ASSERT_EQ(on.rc, 0) << on.out;
+  EXPECT_NE(on.out.find("rank 1: buffers equal rank 0's"), std::string::npos) << on.out;
+  // Without the option the ranks' statistics drift apart (what the option is for).
+  auto off = ranks(2, "bufbcast --off");
+  ASSERT_EQ(off.rc, 0) << off.out;
+  EXPECT_NE(off.out.find("rank 1: buffers differ between ranks"), std::string::npos) << off.out;
+}
+
+// ---------------------------------------------------------------------------
+// Join (uneven inputs)
+
+struct JoinCase {
+  const char* batches;
+  const char* extra;
+};
+
+void PrintTo(const JoinCase& c, std::ostream* os) { *os << "batches " << c.batches << " " << c.extra; }
+
+class JoinTest : public ::testing::TestWithParam<JoinCase> {};
+
+TEST_P(JoinTest, EndsIdenticalAndEqualToTheReference) {
+  const auto c = GetParam();
+  const int n = static_cast<int>(std::count(c.batches, c.batches + std::strlen(c.batches), ',')) + 1;
+  TempDir dir;
+  auto ref = single(std::string("join_ref --batches ") + c.batches + " --out " + (dir / "ref.txt"));
+  ASSERT_EQ(ref.rc, 0) << ref.out;
+  auto r = ranks(n, std::string("join --batches ") + c.batches + " --out " + (dir / "join.txt") + " " + c.extra);
+  ASSERT_EQ(r.rc, 0) << r.out;  // includes: identical parameters on all ranks, counts of shadowed steps
+  expect_close(read_params(dir / "join.txt"), read_params(dir / "ref.txt"), 1e-5, c.batches);
+}
+
+INSTANTIATE_TEST_SUITE_P(Torch, JoinTest,
+                         ::testing::Values(JoinCase{"3,6", ""}, JoinCase{"6,3", "--small-buckets"},
+                                           JoinCase{"4,0,2", "--small-buckets"},
+                                           JoinCase{"3,6", "--no-overlap --copy-grads"}),
+                         [](const auto& info) {
+                           std::string b = info.param.batches;
+                           std::replace(b.begin(), b.end(), ',', '_');
+                           return "batches" + b + "_" + std::to_string(info.index);
+                         });
 
 }  // namespace

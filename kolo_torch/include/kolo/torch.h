@@ -28,11 +28,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kolo/kolo.h"
+#include "kolo/torch/batchnorm.h"
+#include "kolo/torch/grad_scaler.h"
+#include "kolo/torch/join.h"
 #include "kolo/torch/sampler.h"
 
 namespace kolo::torch {
@@ -108,6 +112,12 @@ struct DistributedOptimizerOptions {
   // detach_() views. A .grad that was replaced or reset is copied in and
   // re-pointed. false: gradients are copied in and the results copied back.
   bool gradient_as_bucket_view = true;
+  // true: after the gradients of every step, the module's buffers (e.g.
+  // BatchNorm running statistics) are broadcast from rank 0, so all ranks
+  // hold rank 0's (DDP's broadcast_buffers). Needs the constructor that
+  // takes the module. Not needed with SyncBatchNorm, whose statistics are
+  // global already.
+  bool broadcast_buffers = false;
 };
 
 class DistributedOptimizer {
@@ -134,6 +144,9 @@ class DistributedOptimizer {
   // next backward's fresh gradients are copied into the buckets once (the
   // least memory traffic). false: zeroes them (one memset per bucket).
   void zero_grad(bool set_to_none = true);
+  // Ends a synchronized step without the optimizer update (what GradScaler
+  // does on inf/NaN).
+  void skip_step();
 
   ::torch::optim::Optimizer& optimizer();
   const ::torch::optim::Optimizer& optimizer() const;
@@ -144,6 +157,7 @@ class DistributedOptimizer {
   std::vector<std::vector<std::string>> bucket_layout() const;
 
  private:
+  friend class Join;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -188,6 +202,9 @@ struct TrainState {
   std::int64_t epoch = 0;  // the epoch to continue with
   std::int64_t step = 0;   // global optimizer steps done
   SamplerState sampler;    // rank 0's sampler state (all ranks' are equal)
+  // A GradScaler's state (scaler.state() when saving; when loading, set from
+  // the file if it holds one: then scaler.set_state(*st.scaler)).
+  std::optional<GradScalerState> scaler;
 };
 
 // Call on one rank (usually rank 0); not collective.
