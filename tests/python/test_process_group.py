@@ -86,3 +86,14 @@ def test_killed_rank_during_ddp(transport):
                     os.kill(int(open(pidfile).read()), 9)
                 except (OSError, ValueError):
                     pass
+
+
+def test_ddp_example_runs():
+    """examples/python/ddp_fashion_mnist.py end to end on a slice of the training
+    set (its full-epoch accuracy is a manual check, too slow for the suite)."""
+    example = os.path.join(HERE, "..", "..", "examples", "python", "ddp_fashion_mnist.py")
+    proc = run(2, example, "--limit", "1024")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:]
+    assert "[0] 2 ranks on backend kolo" in out and "100% loss" in out, out[-4000:]
+    assert re.search(r"^\[0\] test accuracy \d+\.\d\d%$", out, re.M), out[-4000:]
