@@ -3,18 +3,16 @@ every op against results computed in the worker, DDP on "kolo" equal to DDP
 on "gloo", errors with their text on every rank, a rank killed during DDP
 training; started by kolorun (no MASTER_* variables), by torchrun-style
 variables (env:// with MASTER_ADDR/MASTER_PORT) and by mpirun."""
-import glob
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
-from launch import DEADLINE_S, HERE, assert_ok, run
+from launch import DEADLINE_S, HERE, assert_ok, run, run_killed_rank
 
 WORKER = os.path.join(HERE, "workers", "process_group_worker.py")
 
@@ -66,26 +64,7 @@ def test_mpirun_without_master_addr():
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_killed_rank_during_ddp(transport):
-    with tempfile.TemporaryDirectory() as d:
-        try:
-            proc = run(3, "process_group_worker.py", "kill", d, transport=transport, grace=60)
-            out = proc.stdout
-            assert proc.returncode == 137, f"kolorun exited {proc.returncode}:\n{out[-4000:]}"
-            assert "rank 1 was killed by signal 9" in out, out[-4000:]
-            for r in (0, 2):
-                with open(os.path.join(d, f"rank.{r}.err")) as f:
-                    text = f.read()
-                assert f"kolo rank {r}: " in text and "rank 1" in text, text
-            job = open(os.path.join(d, "job")).read().strip()
-            assert not glob.glob(f"/dev/shm/kolo-{job}*"), "shared memory left behind"
-            ps = subprocess.run(["ps", "-eo", "pid,args"], stdout=subprocess.PIPE, text=True).stdout
-            assert d not in ps, f"processes of the job are left:\n{ps}"
-        finally:
-            for pidfile in glob.glob(os.path.join(d, "rank.*.pid")):
-                try:
-                    os.kill(int(open(pidfile).read()), 9)
-                except (OSError, ValueError):
-                    pass
+    run_killed_rank("process_group_worker.py", "kill", transport)
 
 
 def test_ddp_example_runs():
