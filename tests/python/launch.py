@@ -45,3 +45,38 @@ def assert_ok(proc, np, marker):
     for r in range(np):
         line = re.compile(rf"^\[{r}\] {marker} rank {r} of {np}\b.*: OK \(\d+ checks\)$", re.M)
         assert line.search(out), f"rank {r} did not finish:\n{out[-6000:]}"
+
+
+def run_killed_rank(worker, mode, transport, np=3, dead=1):
+    """Runs `worker mode DIR` on np ranks, where rank `dead` SIGKILLs itself and
+    every other rank writes the kolo error it caught to DIR/rank.R.err (and
+    its pid to DIR/rank.R.pid, rank 0 the job id to DIR/job). Asserts kolorun's
+    exit 137 naming the dead rank, every survivor's error naming it, no
+    segment left in /dev/shm and no process of the job left; returns the
+    survivors' error texts by rank."""
+    import glob
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            proc = run(np, worker, mode, d, transport=transport, grace=60)
+            out = proc.stdout
+            assert proc.returncode == 137, f"kolorun exited {proc.returncode}:\n{out[-4000:]}"
+            assert f"rank {dead} was killed by signal 9" in out, out[-4000:]
+            texts = {}
+            for r in range(np):
+                if r == dead:
+                    continue
+                with open(os.path.join(d, f"rank.{r}.err")) as f:
+                    texts[r] = f.read()
+                assert f"kolo rank {r}: " in texts[r] and f"rank {dead}" in texts[r], texts[r]
+            job = open(os.path.join(d, "job")).read().strip()
+            assert not glob.glob(f"/dev/shm/kolo-{job}*"), "shared memory left behind"
+            ps = subprocess.run(["ps", "-eo", "pid,args"], stdout=subprocess.PIPE, text=True).stdout
+            assert d not in ps, f"processes of the job are left:\n{ps}"
+            return texts
+        finally:
+            for pidfile in glob.glob(os.path.join(d, "rank.*.pid")):
+                try:
+                    os.kill(int(open(pidfile).read()), 9)
+                except (OSError, ValueError):
+                    pass

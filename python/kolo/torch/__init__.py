@@ -22,6 +22,7 @@ from kolo.torch.autograd import (allreduce, grouped_allreduce, allgather, groupe
 from kolo.torch.functions import (broadcast_parameters, broadcast_optimizer_state,
                                   broadcast_object, allgather_object)
 from kolo.torch.optimizer import DistributedOptimizer, join
+from kolo.torch.sync_batch_norm import SyncBatchNorm
 # Registers the torch.distributed backend "kolo" (init_process_group("kolo")).
 from . import process_group  # noqa: E402,F401
 

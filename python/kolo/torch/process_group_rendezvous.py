@@ -44,23 +44,23 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _put(variables):
+    for k, v in variables.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @contextlib.contextmanager
 def _environment(changes):
     """Sets (value) or removes (None) variables for the duration of the block."""
     saved = {k: os.environ.get(k) for k in changes}
     try:
-        for k, v in changes.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _put(changes)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _put(saved)
 
 
 def _kolo_knows_its_store():

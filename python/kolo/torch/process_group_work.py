@@ -14,9 +14,13 @@ back to the base ``Work::wait()``, which never returns. C++ callers in torch
 wait right after issuing (at most two in flight), so every pending work plus
 the last ``_PINNED_DONE`` completed ones are kept referenced here.
 
-Why one thread: kolo runs collectives in issue order, so waiting for them in
-that order on one thread completes each future as soon as it can be
-completed, and the issuing thread (DDP's backward) never blocks.
+Why one thread, and why wait() does not wait for it: kolo runs collectives in
+issue order, so waiting for them in that order on one thread completes each
+future as soon as it can be completed, and the issuing thread (DDP's
+backward) never blocks. A thread that calls wait() itself (every blocking
+torch.distributed call) waits on kolo's Work directly and completes the work
+on the spot, whichever thread gets there first: no hand-over through the
+completion thread and the GIL on the latency path.
 """
 import collections
 import queue
@@ -41,27 +45,51 @@ def _unwrap(fut):
 
 
 class KoloWork(dist.Work):
-    """One issued collective: wait() blocks until it is done and raises its error."""
+    """One issued collective: wait() blocks until it is done and raises its error.
 
-    def __init__(self, what):
+    It holds kolo's Work, the result value, finish() (copies out of staging
+    buffers, run once the collective succeeded) and every buffer kolo reads
+    or writes (kolo has only their addresses) until it completes."""
+
+    def __init__(self, what, kolo_work, value, finish, keep):
         super().__init__()
         self._what = what
+        self._kolo, self._value, self._finish, self._keep = kolo_work, value, finish, keep
+        self._lock = threading.Lock()
         self._done = threading.Event()
         self._error = None
-        self._value = None
         self._source = torch.futures.Future()
         self._future = self._source.then(_unwrap)
 
-    def _complete(self, value, error):
-        self._value, self._error = value, error
-        self._source.set_result((value, error))
-        self._done.set()
+    def _settle(self):
+        """Waits for kolo's Work and completes this one; the first caller wins."""
+        kolo_work, error = self._kolo, None
+        if kolo_work is not None:
+            try:
+                kolo_work.wait()  # releases the GIL
+            except BaseException as e:  # kolo's error, reported through this work
+                error = e
+        with self._lock:
+            if self._done.is_set():
+                return
+            if error is None and self._finish is not None:
+                try:
+                    self._finish()
+                except BaseException as e:
+                    error = e
+            self._error = error
+            value = self._value if error is None else None
+            self._kolo = self._finish = self._keep = None
+            self._source.set_result((value, error))
+            self._done.set()
 
     def wait(self, timeout=None):
         seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
         # torch passes timedelta(0) (kNoTimeout) for "no limit"; kolo's own
         # deadlines (KOLO_TIMEOUT_MS) bound every collective anyway.
-        if not self._done.wait(seconds if seconds else None):
+        if not seconds:
+            self._settle()
+        elif not self._done.wait(seconds):
             raise RuntimeError(f"kolo: {self._what} did not complete within {seconds} s")
         if self._error is not None:
             raise self._error
@@ -91,7 +119,7 @@ class KoloWork(dist.Work):
 
 
 class Completer:
-    """Waits for kolo's Works in issue order and completes the KoloWorks."""
+    """Completes the KoloWorks in issue order on one thread."""
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
@@ -101,16 +129,14 @@ class Completer:
         self._lock = threading.Lock()
 
     def submit(self, what, kolo_work, value, finish=None, keep=()):
-        """Returns a KoloWork for an issued kolo Work (None: nothing was issued).
+        """A KoloWork for an issued kolo Work (None: nothing was issued).
 
-        value becomes the work's result; finish() runs on the completion thread
-        after the kolo Work succeeded (copies out of staging buffers); keep
-        holds every buffer kolo reads or writes until then (kolo has only
-        their addresses)."""
-        work = KoloWork(what)
+        value becomes the work's result; finish() runs after the kolo Work
+        succeeded; keep holds the buffers kolo uses until then."""
+        work = KoloWork(what, kolo_work, value, finish, keep)
         self._pending.add(work)
         self._start()
-        self._queue.put((work, kolo_work, value, finish, keep))
+        self._queue.put(work)
         return work
 
     def _start(self):
@@ -122,22 +148,13 @@ class Completer:
 
     def _run(self):
         while True:
-            item = self._queue.get()
-            if item is None:
+            work = self._queue.get()
+            if work is None:
                 return
-            work, kolo_work, value, finish, keep = item
-            try:
-                if kolo_work is not None:
-                    kolo_work.wait()
-                if finish is not None:
-                    finish()
-            except BaseException as e:  # kolo's error, reported through the work
-                work._complete(None, e)
-            else:
-                work._complete(value, None)
+            work._settle()
             self._done.append(work)
             self._pending.discard(work)
-            del work, kolo_work, value, finish, keep, item
+            del work
 
     def stop(self):
         """Lets the thread end after the works already queued."""

@@ -1,0 +1,78 @@
+"""The torch.distributed backend "kolo" (workers/process_group_worker.py):
+every op against results computed in the worker, DDP on "kolo" equal to DDP
+on "gloo", errors with their text on every rank, a rank killed during DDP
+training; started by kolorun (no MASTER_* variables), by torchrun-style
+variables (env:// with MASTER_ADDR/MASTER_PORT) and by mpirun."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from launch import DEADLINE_S, HERE, assert_ok, run, run_killed_rank
+
+WORKER = os.path.join(HERE, "workers", "process_group_worker.py")
+
+
+@pytest.mark.parametrize("np,transport", [(1, None), (2, "shm"), (3, "tcp")])
+def test_ops_ddp_and_errors(np, transport):
+    assert_ok(run(np, "process_group_worker.py", "ops,ddp,errors", transport=transport), np, "process_group")
+
+
+def assert_every_rank(out, np, modes):
+    for r in range(np):
+        assert re.search(rf"^process_group rank {r} of {np} \[{modes}\]: OK \(\d+ checks\)$", out, re.M), out[-6000:]
+
+
+def test_env_with_master_addr():
+    """torchrun-style variables: torch's store holds MASTER_PORT, kolo's store gets another port."""
+    np = 2
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(np),
+               PYTHONDONTWRITEBYTECODE="1")
+    for v in [k for k in env if k.startswith("KOLO_")]:
+        del env[v]
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", WORKER, "init,ddp"], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(np)]
+    try:
+        outs = [p.communicate(timeout=DEADLINE_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {r} exited {p.returncode}:\n{out[-4000:]}"
+        assert f"rank {r} of {np} via MASTER_ADDR" in out, out[-4000:]
+    assert_every_rank("".join(outs), np, "init,ddp")
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_mpirun_without_master_addr():
+    np = 2
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KOLO_", "MASTER_"))}
+    proc = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
+                           sys.executable, "-W", "ignore", WORKER, "init"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=DEADLINE_S)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "via kolo discovery" in proc.stdout, proc.stdout[-4000:]
+    assert_every_rank(proc.stdout, np, "init")
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_killed_rank_during_ddp(transport):
+    run_killed_rank("process_group_worker.py", "kill", transport)
+
+
+def test_ddp_example_runs():
+    """examples/python/ddp_fashion_mnist.py end to end on a slice of the training
+    set (its full-epoch accuracy is a manual check, too slow for the suite)."""
+    example = os.path.join(HERE, "..", "..", "examples", "python", "ddp_fashion_mnist.py")
+    proc = run(2, example, "--limit", "1024")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:]
+    assert "[0] 2 ranks on backend kolo" in out and "100% loss" in out, out[-4000:]
+    assert re.search(r"^\[0\] test accuracy \d+\.\d\d%$", out, re.M), out[-4000:]
