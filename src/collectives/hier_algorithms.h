@@ -18,6 +18,7 @@
 // place, and its result is copied, so every rank ends with the same bits.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <span>
@@ -41,6 +42,9 @@ struct Hier {
   std::unique_ptr<TcpMesh> flat;   // built by the first alltoall, with make_flat
   std::function<std::unique_ptr<TcpMesh>()> make_flat;
   Scratch scratch;
+  // While a pipelined allreduce runs its rings on a thread of their own, the
+  // cross mesh must not watch the shm group (that thread waits for them).
+  std::atomic<bool> pipelining{false};
 
   bool leader() const { return local_rank == 0; }
 };

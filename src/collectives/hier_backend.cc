@@ -32,6 +32,7 @@ class HierBackend final : public Backend {
     // Local group: peers are named by rank only (they share this host).
     h.local = std::make_unique<ShmGroup>(store, fmt::format("{}/host{}", prefix, h.host), job_id, h.local_rank,
                                          h.local_size, transport::Members{mine, {}});
+    h.local->set_cpu_sharers(hosts.machine_ranks);
     if (h.local_rank < h.shards) {
       transport::Members cross;
       for (int g = 0; g < h.hosts; ++g) {
@@ -42,7 +43,9 @@ class HierBackend final : public Backend {
                                           address, std::move(cross));
       // A rank blocked on its host link learns at once that a rank of its
       // own host failed (e.g. on another link), instead of at its own timeout.
-      h.cross->set_watch([this](const char* what) { h_.local->check_peers(what); });
+      h.cross->set_watch([this](const char* what) {
+        if (!h_.pipelining) h_.local->check_peers(what);
+      });
     }
     transport::Members everyone;
     for (int q = 0; q < h.size; ++q) {

@@ -25,6 +25,10 @@ inline std::int64_t ring_segment_bytes() { return env_int("KOLO_RING_SEGMENT", 1
 // a host, TCP between hosts), 0 = one flat TCP mesh of all ranks.
 inline bool hierarchical() { return env_int("KOLO_HIERARCHICAL", 1) != 0; }
 
+// Bytes per pipeline segment of the hierarchical allreduce: shared memory
+// works on one segment while the link carries another.
+inline std::int64_t hier_segment_bytes() { return env_int("KOLO_HIER_SEGMENT", 4 << 20); }
+
 // --- network ---------------------------------------------------------------
 // The address a rank advertises for its data connections: an interface name
 // ("eth1") or a CIDR ("10.0.0.0/24") picks it; empty: the interface that

@@ -120,6 +120,7 @@ HostMap map_hosts(StoreClient& store, const std::string& prefix, const std::stri
   std::vector<int> index_of_leader(size, -1);
   for (int q = 0; q < size; ++q) {
     m.routes.push_back(all[q].route);
+    m.machine_ranks += all[q].boot == me.boot;
     const int l = std::stoi(store.get(fmt::format("{}/hostof/{}", prefix, q), timeout));
     if (l < 0 || l > q) fail("rendezvous: rank {} names rank {} as its host's first rank", q, l);
     if (index_of_leader[l] < 0) {

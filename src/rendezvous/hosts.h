@@ -33,6 +33,7 @@ struct HostMap {
   std::vector<std::vector<int>> ranks;     // ranks of each host, ascending; hosts ordered by lowest rank
   std::vector<std::string> names;          // name of each host
   std::vector<std::string> routes;         // each rank's local address of its store connection (nic.h)
+  int machine_ranks = 0;                   // ranks on this rank's machine (same boot id): they share its cores
 
   int hosts() const { return static_cast<int>(ranks.size()); }
   const std::string& host_name_of(int rank) const { return names[host_of[rank]]; }

@@ -168,6 +168,10 @@ void ShmGroup::fail_aborted(int peer, const char* what) {
           reason);
 }
 
+void ShmGroup::set_cpu_sharers(int n) {
+  spins_ = n <= static_cast<int>(std::thread::hardware_concurrency()) ? 20000 : 50;
+}
+
 void ShmGroup::check_peers(const char* what) {
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;

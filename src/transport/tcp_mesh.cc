@@ -119,7 +119,9 @@ void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline, con
   auto missing = [&] {
     std::string s;
     for (int r = rank_ + 1; r < size_; ++r)
-      if (!peers_[r]) s += (s.empty() ? "" : ", ") + members_.name(r);
+      if (!peers_[r])
+        s += (s.empty() ? "" : ", ") + std::to_string(members_.global(r)) +
+             (members_.hosts.empty() ? "" : " (host " + members_.hosts[r] + ")");
     return s;
   };
   for (;;) {
@@ -130,7 +132,7 @@ void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline, con
       if (p.until <= now) reject(p, fmt::format("no credentials within {} ms", auth::kAnswerTimeout.count()));
     std::erase_if(pending, [](const Pending& p) { return !p.fd; });
     if (now >= deadline)
-      fail("timed out waiting for {} to connect to the address this rank advertised, {}: is it reachable "
+      fail("timed out waiting for rank(s) {} to connect to the address this rank advertised, {}: is it reachable "
            "from their hosts? (KOLO_IFACE chooses the network)", missing(), me);
     auto wake = deadline;
     fds.assign({{listener_.fd.get(), POLLIN, 0}});
@@ -169,8 +171,9 @@ void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline, con
       // The MAC is right, so this is a process of this job; check that it is
       // one this rank waits for (a rank started twice, a mixed-up size).
       if (who->size != size_ || who->peer != rank_ || who->rank <= rank_ || who->rank >= size_) {
-        reject(p, fmt::format("this job's credentials, but member {} of {} for member {}: this member {} of {} "
-                              "waits for {}", who->rank, who->size, who->peer, rank_, size_, missing()));
+        // (Numbers within this mesh: a sub-group's members are not the job's ranks.)
+        reject(p, fmt::format("this job's credentials, but rank {} of {} for rank {}: this rank of {} "
+                              "waits for ranks {}", who->rank, who->size, who->peer, size_, missing()));
         continue;
       }
       if (peers_[who->rank]) {

@@ -4,6 +4,7 @@
 // on this machine (a fake ssh), so that the agent, its frames and the
 // unreachable-host check run without root or sshd. Real hosts:
 // tests/multihost/kolorun_*.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <signal.h>
@@ -231,12 +232,17 @@ TEST(FakeRemoteHosts, AgentsStartRanksRelayOutputAndReportExits) {
 }
 
 TEST(FakeRemoteHosts, PartialLinesProgressBarsAndOutputDirAcrossTheAgent) {
-  Outcome o = run_kolorun({"-H", "nodea:2", "--rsh", kFakeRsh, "--network-interface", "lo", rank_prog(), "progress"});
+  // One rank: the '\r'-ended segments of two ranks may interleave.
+  Outcome o = run_kolorun({"-H", "localhost:1,nodea:1", "-np", "2", "--rsh", kFakeRsh, "--network-interface", "lo",
+                           rank_prog(), "progress"});
   EXPECT_EQ(o.code, 0) << o.err;
-  for (int r = 0; r < 2; ++r) {
-    const std::string tag = "[" + std::to_string(r) + "] ";
-    EXPECT_TRUE(contains(o.out, tag + "step 1\r" + tag + "step 2\r" + tag + "done\n")) << o.out;
+  std::string mine;  // rank 1's segments, in order
+  for (std::size_t i = 0; (i = o.out.find("[1] ", i)) != std::string::npos;) {
+    const std::size_t end = o.out.find_first_of("\r\n", i);
+    mine += o.out.substr(i, end + 1 - i);
+    i = end + 1;
   }
+  EXPECT_EQ(mine, "[1] step 1\r[1] step 2\r[1] done\n") << o.out;
   TempDir dir;
   o = run_kolorun({"-H", "nodea:1,nodeb:1", "--rsh", kFakeRsh, "--network-interface", "lo", "--output-dir", dir.path,
                    rank_prog(), "partial"});
@@ -338,6 +344,32 @@ TEST(FakeRemoteHosts, ShellStartupOutputBeforeTheAgentIsRefusedAndShown) {
                               "before kolorun's agent started (a shell startup file must not print when not "
                               "interactive) (first failure)"))
       << o.err;
+}
+
+TEST(FakeRemoteHosts, KoloRshReplacesSsh) {
+  ::setenv("KOLO_RSH", kFakeRsh.c_str(), 1);
+  Outcome o = run_kolorun({"-H", "nodea:2", "--network-interface", "lo", rank_prog(), "where"});
+  ::unsetenv("KOLO_RSH");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(where_lines(o.out).size(), 2u) << o.out;
+}
+
+TEST(FakeRemoteHosts, SshGetsBatchModeKeepAlivesPortAndIdentity) {
+  // A program named ssh that writes down its arguments, then runs the
+  // command (the last one) here.
+  TempDir dir;
+  const std::string ssh = dir.file("ssh");
+  std::ofstream(ssh) << "#!/bin/sh\nprintf '%s\\n' \"$@\" >> " << dir.file("args") << "\n"
+                     << "for last; do :; done\nexec sh -c \"$last\"\n";
+  ::chmod(ssh.c_str(), 0755);
+  Outcome o = run_kolorun({"-H", "nodea:1", "--rsh", ssh + " -F my_config", "-p", "2222", "-i", "/keys/id",
+                           "--host-timeout", "7", "--network-interface", "lo", rank_prog(), "where"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  const std::string ours = "-o\nBatchMode=yes\n-o\nConnectTimeout=10\n-o\nServerAliveInterval=3\n-o\n"
+                           "ServerAliveCountMax=3\n-F\nmy_config\n-p\n2222\n-i\n/keys/id\nnodea\n";
+  // The check (`true`), then the agent.
+  EXPECT_EQ(read_file(dir.file("args")),
+            ours + "true\n" + ours + "exec " + std::string(KOLORUN_PATH) + " --kolorun-agent\n");
 }
 
 TEST(HostHelp, HelpDocumentsTheHostFlags) {

@@ -159,7 +159,9 @@ std::string host_identity() {
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string boot_id;
   std::getline(boot, boot_id);
-  return host + "/" + boot_id;
+  // The host record of rendezvous/hosts.cc: name, boot id, /dev/shm token
+  // (one nobody can open: the last rank then has a host of its own), route.
+  return host + "\n" + boot_id + "\n/kolo-poke-no-such-token\n127.0.0.1";
 }
 
 }  // namespace
@@ -188,9 +190,10 @@ int main(int argc, char** argv) {
 
   try {
     kolo::rdv::StoreClient store(host, port, 10000ms, key);
-    // init()'s host exchange (src/init.cc): the waiting ranks go on to build
-    // the mesh once every rank's host entry exists.
+    // init()'s host exchange (rendezvous/hosts.cc): the waiting ranks go on
+    // to build the mesh once every rank's host entries exist.
     store.set(fmt::format("kolo/comm0/host/{}", last), host_identity());
+    store.set(fmt::format("kolo/comm0/hostof/{}", last), std::to_string(last));
     for (int r = 0; r < last; ++r) {
       const std::string a = store.get(fmt::format("kolo/comm0/addr/{}", r), 60000ms);
       knock(fmt::format("rank {} data listener {}", r, a), a.substr(0, a.rfind(':')),
