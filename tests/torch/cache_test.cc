@@ -5,14 +5,15 @@
 // LibTorch dataset. This file includes neither LibTorch nor kolo::data.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include "../launcher/launcher_test_util.h"  // kolotest: kolorun as a real process
 
 namespace fs = std::filesystem;
 
@@ -20,32 +21,26 @@ namespace {
 
 struct Result {
   int rc = -1;
-  std::string out;
+  std::string out;  // stdout and stderr
 };
 
-// A shell command's exit status and its output and errors together.
-Result run(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+Result run(std::vector<std::string> args, int np) {
+  // Short collective deadlines so that a broken build fails instead of hanging.
+  ::setenv("KOLO_TIMEOUT_MS", "60000", 1);
+  args.insert(args.begin(), {"-np", std::to_string(np), "--timeout", "120"});
+  const auto o = kolotest::run_kolorun(args, 300);
+  return {o.code, o.out + o.err};
 }
 
-// n ranks of cache_rank_prog (generous deadlines: the machine is shared).
-Result ranks(int n, const std::string& args) {
-  return run(std::string("KOLO_TIMEOUT_MS=60000 ") + KOLORUN + " -np " + std::to_string(n) + " --timeout 120 " +
-             CACHE_PROG + " " + args);
+// n ranks of cache_rank_prog; one for `check`, which does not call kolo::init().
+Result ranks(int n, const std::string& mode, const std::string& path, const std::string& args) {
+  std::vector<std::string> v{CACHE_PROG, mode, path};
+  std::istringstream words(args);
+  for (std::string w; words >> w;) v.push_back(w);
+  return run(v, n);
 }
-Result local(const std::string& args) { return run(std::string(CACHE_PROG) + " " + args); }
 
-std::string bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+std::string bytes_of(const std::string& path) { return kolotest::read_file(path); }
 
 ino_t inode_of(const std::string& path) {
   struct stat st {};
@@ -54,15 +49,6 @@ ino_t inode_of(const std::string& path) {
 
 class Cache : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kolo_cache_test.XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    path_ = dir_ + "/train.kcache";
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   // Names in the directory other than the cache itself.
   std::vector<std::string> leftovers() const {
     std::vector<std::string> out;
@@ -71,11 +57,13 @@ class Cache : public ::testing::Test {
     return out;
   }
   void build_ok(int n, const std::string& args, const std::string& expect) {
-    auto r = ranks(n, "build " + path_ + " " + args);
+    auto r = ranks(n, "build", path_, args);
     ASSERT_EQ(r.rc, 0) << r.out;
     EXPECT_NE(r.out.find(expect), std::string::npos) << "expected '" << expect << "' in:\n" << r.out;
   }
-  std::string dir_, path_;
+  Result check(const std::string& args) { return ranks(1, "check", path_, args); }
+  kolotest::TempDir tmp_;  // removed with everything in it, whatever happens
+  std::string dir_ = tmp_.path, path_ = tmp_.file("train.kcache");
 };
 
 TEST_F(Cache, ByteIdenticalWhateverTheNumberOfRanks) {
@@ -83,7 +71,7 @@ TEST_F(Cache, ByteIdenticalWhateverTheNumberOfRanks) {
     const std::string args = std::string("--samples 103 --chunk 4 ") + kind;
     build_ok(1, args, "built: no cache yet");
     const std::string one = bytes_of(path_);
-    auto c = local("check " + path_ + " --samples 103 " + kind);
+    auto c = check(std::string("--samples 103 ") + kind);
     ASSERT_EQ(c.rc, 0) << c.out;
     build_ok(3, args + " --force", "built: forced");
     EXPECT_TRUE(bytes_of(path_) == one) << "1-rank and 3-rank caches differ (" << kind << ")";
@@ -105,7 +93,7 @@ TEST_F(Cache, ReusedWhenFreshRebuiltWhenStale) {
   // Another transform version: rebuilt, and the reader sees the new samples.
   build_ok(2, "--samples 50 --transform synthetic/v2", "built: stale: transform 'synthetic/v1' != 'synthetic/v2'");
   EXPECT_NE(inode_of(path_), first);
-  auto c = local("check " + path_ + " --samples 50 --transform synthetic/v2");
+  auto c = check("--samples 50 --transform synthetic/v2");
   EXPECT_EQ(c.rc, 0) << c.out;
   // Other inputs, other sample counts: rebuilt too.
   build_ok(2, "--samples 50 --transform synthetic/v2 --inputs 8",
@@ -116,7 +104,7 @@ TEST_F(Cache, ReusedWhenFreshRebuiltWhenStale) {
 
 TEST_F(Cache, OpenRefusesStaleWithTheFileName) {
   build_ok(1, "--samples 20", "built");
-  auto r = local("check " + path_ + " --samples 20 --expect-transform synthetic/v9");
+  auto r = check("--samples 20 --expect-transform synthetic/v9");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("cache '" + path_ + "' is stale: transform 'synthetic/v1' != 'synthetic/v9'"),
             std::string::npos)
@@ -127,17 +115,17 @@ TEST_F(Cache, TruncatedIsAnErrorOnOpenAndRebuiltByBuild) {
   build_ok(2, "--samples 40", "built");
   const auto size = fs::file_size(path_);
   fs::resize_file(path_, size - 100);
-  auto r = local("check " + path_ + " --samples 40");
+  auto r = check("--samples 40");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("cache '" + path_ + "' is truncated: the header says " + std::to_string(size) +
                        " bytes, the file has " + std::to_string(size - 100)),
             std::string::npos)
       << r.out;
   fs::resize_file(path_, 1000);  // not even a whole header
-  r = local("check " + path_ + " --samples 40");
+  r = check("--samples 40");
   EXPECT_NE(r.out.find("is truncated: 1000 bytes, shorter than the 4096-byte header"), std::string::npos) << r.out;
   build_ok(2, "--samples 40", "built: truncated: 1000 bytes");
-  EXPECT_EQ(local("check " + path_ + " --samples 40").rc, 0);
+  EXPECT_EQ(check("--samples 40").rc, 0);
 }
 
 TEST_F(Cache, CorruptIsAnErrorOnOpenAndRebuiltByBuild) {
@@ -148,7 +136,7 @@ TEST_F(Cache, CorruptIsAnErrorOnOpenAndRebuiltByBuild) {
     f.seekp(5000);
     f.put(static_cast<char>(good[5000] ^ 0x10));  // one bit of a record
   }
-  auto r = local("check " + path_ + " --samples 40");
+  auto r = check("--samples 40");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("cache '" + path_ + "' is corrupt: the CRC-32 of its records and index does not match"),
             std::string::npos)
@@ -159,19 +147,19 @@ TEST_F(Cache, CorruptIsAnErrorOnOpenAndRebuiltByBuild) {
 
 TEST_F(Cache, ForeignFileIsRefusedAndKept) {
   { std::ofstream(path_) << "my precious notes, not a cache\n"; }
-  auto r = ranks(2, "build " + path_ + " --samples 10");
+  auto r = ranks(2, "build", path_, "--samples 10");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("kolo rank 0: '" + path_ + "' exists and is not a kolo cache"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("kolo rank 1: build_cache: rank 0 refused"), std::string::npos) << r.out;
   EXPECT_TRUE(bytes_of(path_) == "my precious notes, not a cache\n");
-  r = local("check " + path_ + " --samples 10");
+  r = check("--samples 10");
   EXPECT_NE(r.out.find("cache '" + path_ + "' is not a kolo cache"), std::string::npos) << r.out;
   EXPECT_TRUE(leftovers().empty());
 }
 
 TEST_F(Cache, RankKilledWhileBuildingLeavesNoCache) {
   // A non-zero rank dies mid-build: no cache, nothing else in the directory.
-  auto r = ranks(3, "build " + path_ + " --samples 200 --kill-rank 1 --kill-at 100");
+  auto r = ranks(3, "build", path_, "--samples 200 --kill-rank 1 --kill-at 100");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_FALSE(fs::exists(path_)) << r.out;
   EXPECT_TRUE(leftovers().empty()) << leftovers().front();
@@ -180,15 +168,15 @@ TEST_F(Cache, RankKilledWhileBuildingLeavesNoCache) {
   build_ok(2, "--samples 200", "built");
   const std::string old = bytes_of(path_);
   // (3 ranks, chunk 4: rank 0 transforms samples 144..147 of the round at 144)
-  r = ranks(3, "build " + path_ + " --samples 200 --transform synthetic/v2 --kill-rank 0 --kill-at 145");
+  r = ranks(3, "build", path_, "--samples 200 --transform synthetic/v2 --kill-rank 0 --kill-at 145");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_TRUE(bytes_of(path_) == old);
   EXPECT_TRUE(leftovers().empty()) << leftovers().front();
-  EXPECT_EQ(local("check " + path_ + " --samples 200").rc, 0);
+  EXPECT_EQ(check("--samples 200").rc, 0);
 }
 
 TEST_F(Cache, TransformErrorStopsEveryRank) {
-  auto r = ranks(3, "build " + path_ + " --samples 60 --throw-at 45");  // chunk 4: rank 2's block
+  auto r = ranks(3, "build", path_, "--samples 60 --throw-at 45");  // chunk 4: rank 2's block
   EXPECT_NE(r.rc, 0) << r.out;
   // Whichever rank kolorun reports first, the error names rank 2 and its text.
   EXPECT_NE(r.out.find("build of the cache '" + path_ +
@@ -202,13 +190,13 @@ TEST_F(Cache, TransformErrorStopsEveryRank) {
 TEST_F(Cache, TorchDatasetReadsTheTransformedSamples) {
   build_ok(3, "--samples 77 --transform synthetic/v3", "built");
   const std::string before = bytes_of(path_);
-  auto r = run(std::string(READ_PROG) + " " + path_ + " 77 synthetic/v3");
+  auto r = run({READ_PROG, path_, "77", "synthetic/v3"}, 1);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("dataset ok 77"), std::string::npos) << r.out;
   EXPECT_TRUE(bytes_of(path_) == before) << "writing into a tensor view changed the file";
   fs::remove(path_);
   build_ok(2, "--samples 30 --variable", "built");
-  r = run(std::string(READ_PROG) + " " + path_ + " 30 synthetic/v1 --variable");
+  r = run({READ_PROG, path_, "30", "synthetic/v1", "--variable"}, 1);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("its records differ in length"), std::string::npos) << r.out;
 }
