@@ -202,3 +202,29 @@ TEST_F(Cache, TorchDatasetReadsTheTransformedSamples) {
 }
 
 }  // namespace
+
+// The main job's preprocessing program: its augmentation is seeded per
+// sample, so 1 and 2 ranks write the same bytes; a second run reuses the file.
+TEST(Preprocess, FashionMnistCacheIsTheSameOnOneAndTwoRanks) {
+  const std::string data = "/usr/share/datasets/fashion-mnist";
+  if (!fs::exists(data + "/train-images-idx3-ubyte.gz")) GTEST_SKIP() << "no Fashion-MNIST at " << data;
+  kolotest::TempDir tmp;
+  const std::string one = tmp.file("np1.kcache"), two = tmp.file("np2.kcache");
+  auto r = run({PREPROCESS_PROG, "--limit", "300", "--chunk", "16", "--out", one}, 1);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = run({PREPROCESS_PROG, "--limit", "300", "--chunk", "16", "--out", two}, 2);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("300 samples"), std::string::npos) << r.out;
+  EXPECT_TRUE(bytes_of(one) == bytes_of(two)) << "the 1-rank and 2-rank caches differ";
+  EXPECT_EQ(fs::file_size(one), 4096u + 300u * 28 * 28 * 4 + 300u * 24);
+  const ino_t ino = inode_of(two);
+  r = run({PREPROCESS_PROG, "--limit", "300", "--chunk", "16", "--out", two}, 2);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("reusing the cache"), std::string::npos) << r.out;
+  EXPECT_EQ(inode_of(two), ino);
+  // Another augmentation parameter: another input fingerprint, rebuilt.
+  r = run({PREPROCESS_PROG, "--limit", "300", "--chunk", "16", "--alpha", "2", "--out", two}, 2);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("building (stale: inputs fingerprint"), std::string::npos) << r.out;
+  EXPECT_FALSE(bytes_of(one) == bytes_of(two));
+}
