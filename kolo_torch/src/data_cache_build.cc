@@ -7,9 +7,10 @@
 //      writer; it broadcasts the verdict (reuse / build / error + text);
 //   3. rounds of size()·chunk samples: each rank transforms its block and
 //      packs it ({u64 length, i64 label, bytes} per sample); an allgather of
-//      {packed bytes, failed?} per rank; if any rank failed, all stop (the
-//      failing rank with its own error, the others naming it); else an
-//      allgatherv of the blocks and rank 0 appends them in sample order;
+//      {packed bytes, error length} per rank; if any rank failed, an
+//      allgatherv of the error texts and every rank throws the first failing
+//      rank's error; else an allgatherv of the blocks and rank 0 appends them
+//      in sample order;
 //   4. rank 0 commits and broadcasts the outcome.
 // Rank 0's own I/O errors travel in the next step's status, so the others
 // learn of them instead of waiting.
@@ -161,13 +162,6 @@ std::string unprefixed(const std::string& s) {
   return s.rfind(p, 0) == 0 ? s.substr(p.size()) : s;
 }
 
-std::string failed_ranks(const std::vector<std::uint64_t>& status, int size) {
-  std::string out;
-  for (int r = 0; r < size; ++r)
-    if (status[2 * static_cast<std::size_t>(r) + 1]) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out;
-}
-
 }  // namespace
 
 BuildResult build_cache(Communicator& comm, const std::string& path, const CacheSpec& spec,
@@ -225,15 +219,23 @@ BuildResult build_cache(Communicator& comm, const std::string& path, const Cache
   std::string rank0_error;  // rank 0's write error, reported in the next exchange
   std::vector<std::uint8_t> mine, all;
   std::vector<std::uint64_t> status(2 * static_cast<std::size_t>(size));
+  // Every rank's {bytes, error length}; on any error, every rank learns the
+  // first failing rank's text (kolorun shows whichever rank exits first).
   auto exchange = [&](std::uint64_t bytes, const std::string& error) {
-    const std::uint64_t s[2] = {bytes, error.empty() ? 0u : 1u};
+    const std::uint64_t s[2] = {bytes, error.size()};
     comm.allgather(s, status.data(), 2, DType::I64);
-    if (failed_ranks(status, size).empty()) return;
+    std::vector<std::size_t> lengths(static_cast<std::size_t>(size));
+    std::size_t total = 0;
+    for (std::size_t r = 0; r < lengths.size(); ++r) total += lengths[r] = status[2 * r + 1];
+    if (total == 0) return;
+    std::string texts(total, '\0');
+    comm.allgatherv(error.data(), texts.data(), lengths, DType::U8);
     bar.end();
     writer.reset();  // no file left behind
-    if (!error.empty()) fail_as<Error>("build of the cache '{}' failed: {}", path, unprefixed(error));
-    fail_as<Error>("build of the cache '{}' stopped: it failed on rank {} (see its error)", path,
-                   failed_ranks(status, size));
+    std::size_t first = 0, at = 0;
+    while (lengths[first] == 0) at += lengths[first++];
+    fail_as<Error>("build of the cache '{}' failed on rank {}: {}", path, first,
+                   unprefixed(texts.substr(at, lengths[first])));
   };
   for (std::uint64_t start = 0; start < n; start += round) {
     const std::uint64_t begin = std::min(n, start + static_cast<std::uint64_t>(rank) * chunk);

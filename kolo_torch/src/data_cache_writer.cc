@@ -37,6 +37,9 @@ CacheWriter::CacheWriter(std::string path, CacheSpec spec)
   if (fd_ < 0)
     fail_as<Error>("cannot create the cache '{}' (a temporary file in '{}'): {}", path_, dir_of(path_),
                    errno_text(errno));
+  // Records start after the header, which commit() writes last.
+  if (::lseek(fd_, static_cast<off_t>(kHeaderBytes), SEEK_SET) < 0)
+    fail_as<Error>("cannot seek in the cache '{}': {}", path_, errno_text(errno));
   index_.reserve(3 * spec_.num_samples);
   buf_.reserve(kFlushBytes + (1 << 16));
 }

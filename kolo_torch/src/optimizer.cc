@@ -535,7 +535,7 @@ std::vector<std::vector<std::string>> DistributedOptimizer::bucket_layout() cons
 
 // --- Join ---------------------------------------------------------------------
 
-Join::Join(DistributedOptimizer& optimizer) : opt_(&optimizer) {
+Join::Join(DistributedOptimizer& optimizer, GradScaler* scaler) : opt_(&optimizer), scaler_(scaler) {
   auto& im = *opt_->impl_;
   if (im.o.backward_passes_per_step != 1)
     throw Error(im.err(fmt::format("Join: backward_passes_per_step must be 1, not {} (a rank "
@@ -577,11 +577,17 @@ std::int64_t Join::finish() {
       im.join_active = training;
     }
     // The step the training ranks take: zero gradients into the same
-    // allreduces, then the same update with the averaged result.
+    // allreduces, then the same update with the averaged result (through the
+    // scaler: its collective inf check, its skip and its scale update).
     opt_->zero_grad();
     im.synchronize(/*shadow=*/true);
-    im.synchronized = false;
-    im.opt->step();
+    if (scaler_) {
+      scaler_->step(*opt_);
+      scaler_->update();
+    } else {
+      im.synchronized = false;
+      im.opt->step();
+    }
     ++shadowed;
   }
   im.join_active = im.comm.size();

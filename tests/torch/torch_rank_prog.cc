@@ -800,7 +800,11 @@ int mode_join(kolo::Communicator& comm, const Args& a) {
   torch::manual_seed(7);
   Net net;
   DistributedOptimizer opt(comm, net, join_sgd(net), optimizer_options(a));
-  kolo::torch::Join join(opt);
+  // --scaler: loss scaling through the Join; an inf in rank --overflow-rank's
+  // loss at step --overflow-step makes every rank skip it, shadows included.
+  const bool use_scaler = a.flag("scaler");
+  kolo::torch::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 3});
+  kolo::torch::Join join(opt, use_scaler ? &scaler : nullptr);
   for (long s = 0; s < batches[r]; ++s) {
     const int training = join.begin_step();
     long expect = 0;
@@ -808,11 +812,26 @@ int mode_join(kolo::Communicator& comm, const Args& a) {
     if (training != expect) check_failed("begin_step() counted " + std::to_string(training) + " ranks");
     opt.zero_grad();
     auto rows = join_rows(r, comm.size(), s);
-    torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, rows)), d.y.index_select(0, rows))
-        .backward();
-    opt.step();
+    auto loss = torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, rows)),
+                                                     d.y.index_select(0, rows));
+    if (!use_scaler) {
+      loss.backward();
+      opt.step();
+      continue;
+    }
+    if (s == a.num("overflow-step", -1) && r == a.num("overflow-rank", 1))
+      loss = loss * std::numeric_limits<float>::infinity();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
   }
   const auto shadowed = join.finish();
+  if (use_scaler) {
+    const double hi = kolo::torch::allreduce_scalar(comm, scaler.get_scale(), kolo::Op::Max);
+    const double lo = kolo::torch::allreduce_scalar(comm, scaler.get_scale(), kolo::Op::Min);
+    if (hi != lo) check_failed("the ranks' loss scales differ after Join::finish()");
+    std::printf("rank %d: final scale %g\n", r, scaler.get_scale());
+  }
   const long most = *std::max_element(batches.begin(), batches.end());
   if (shadowed != most - batches[r]) check_failed("finish() shadowed " + std::to_string(shadowed) + " steps");
   check_identical(comm, net, "after Join::finish()");
@@ -822,7 +841,8 @@ int mode_join(kolo::Communicator& comm, const Args& a) {
 }
 
 // One process: in step s the gradient is the mean loss over the batches of
-// the ranks that still have one (equal batch sizes: the mean of their means).
+// the ranks that still have one (equal batch sizes: the mean of their means);
+// step --skip-step is left out (what an overflow does).
 int mode_join_ref(kolo::Communicator&, const Args& a) {
   const auto batches = parse_list(a.get("batches", "3,6"));
   const int size = static_cast<int>(batches.size());
@@ -835,6 +855,7 @@ int mode_join_ref(kolo::Communicator&, const Args& a) {
     std::vector<torch::Tensor> rows;
     for (int q = 0; q < size; ++q)
       if (batches[static_cast<std::size_t>(q)] > s) rows.push_back(join_rows(q, size, s));
+    if (s == a.num("skip-step", -1)) continue;
     auto idx = torch::cat(rows);
     sgd->zero_grad();
     torch::nn::functional::cross_entropy(net.forward(d.x.index_select(0, idx)), d.y.index_select(0, idx))

@@ -622,9 +622,19 @@ TEST(BroadcastBuffers, EveryRankHoldsRankZerosRunningStats) {
 struct JoinCase {
   const char* batches;
   const char* extra;
+  const char* ref_extra = "";  // for join_ref
 };
 
 void PrintTo(const JoinCase& c, std::ostream* os) { *os << "batches " << c.batches << " " << c.extra; }
+
+// The scale after the Join tests' overflow: 1024, ×2 per 3 good steps, ×0.5 on the overflow.
+TEST(JoinScaler, ShadowStepsKeepTheScaleInStep) {
+  auto r = ranks(2, "join --batches 3,6 --scaler --overflow-step 4 --overflow-rank 1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  // Steps 0-2 good (→2048), 3 good, 4 skipped (→1024), 5 good.
+  EXPECT_NE(r.out.find("rank 0: final scale 1024\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1: final scale 1024\n"), std::string::npos) << r.out;
+}
 
 class JoinTest : public ::testing::TestWithParam<JoinCase> {};
 
@@ -632,7 +642,8 @@ TEST_P(JoinTest, EndsIdenticalAndEqualToTheReference) {
   const auto c = GetParam();
   const int n = static_cast<int>(std::count(c.batches, c.batches + std::strlen(c.batches), ',')) + 1;
   TempDir dir;
-  auto ref = single(std::string("join_ref --batches ") + c.batches + " --out " + (dir / "ref.txt"));
+  auto ref = single(std::string("join_ref --batches ") + c.batches + " --out " + (dir / "ref.txt") + " " +
+                    c.ref_extra);
   ASSERT_EQ(ref.rc, 0) << ref.out;
   auto r = ranks(n, std::string("join --batches ") + c.batches + " --out " + (dir / "join.txt") + " " + c.extra);
   ASSERT_EQ(r.rc, 0) << r.out;  // includes: identical parameters on all ranks, counts of shadowed steps
@@ -642,7 +653,12 @@ TEST_P(JoinTest, EndsIdenticalAndEqualToTheReference) {
 INSTANTIATE_TEST_SUITE_P(Torch, JoinTest,
                          ::testing::Values(JoinCase{"3,6", ""}, JoinCase{"6,3", "--small-buckets"},
                                            JoinCase{"4,0,2", "--small-buckets"},
-                                           JoinCase{"3,6", "--no-overlap --copy-grads"}),
+                                           JoinCase{"3,6", "--no-overlap --copy-grads"},
+                                           // Step 4: rank 0 shadows while rank 1 overflows.
+                                           JoinCase{"3,6", "--scaler --overflow-step 4 --overflow-rank 1",
+                                                    "--skip-step 4"},
+                                           JoinCase{"5,2,3", "--scaler --overflow-step 1 --overflow-rank 2",
+                                                    "--skip-step 1"}),
                          [](const auto& info) {
                            std::string b = info.param.batches;
                            std::replace(b.begin(), b.end(), ',', '_');

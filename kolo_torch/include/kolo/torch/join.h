@@ -19,6 +19,10 @@
 // that step (the right divisor: zeros are not samples). When the sum is 0
 // every rank has finished and finish() returns on all of them.
 //
+// With a GradScaler (pass it to the Join, and use scaler.step()/update() in
+// the loop), a shadow step also takes part in the scaler's inf/NaN check and
+// skips or steps, backs off or grows, as the training ranks do.
+//
 // Not covered: collectives in the model's forward or backward (SyncBatchNorm)
 // — a finished rank cannot shadow a forward it does not run — and
 // backward_passes_per_step > 1 (one begin_step() per optimizer step, and a
@@ -30,10 +34,11 @@
 namespace kolo::torch {
 
 class DistributedOptimizer;
+class GradScaler;
 
 class Join {
  public:
-  explicit Join(DistributedOptimizer& optimizer);
+  explicit Join(DistributedOptimizer& optimizer, GradScaler* scaler = nullptr);
   ~Join();  // detaches from the optimizer (ordinary averaging again)
   Join(const Join&) = delete;
   Join& operator=(const Join&) = delete;
@@ -47,6 +52,7 @@ class Join {
 
  private:
   DistributedOptimizer* opt_;
+  GradScaler* scaler_;
   bool finished_ = false;
 };
 
