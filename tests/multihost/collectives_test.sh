@@ -148,13 +148,14 @@ nic)
 kill | link)
   # 2 hosts x 2 ranks started inside each host with torchrun-style variables (no launcher to
   # tear anything down: what each rank reports is kolo's own detection). kolo_fault_rank
-  # loops over allreduces of mixed sizes until kolo reports an error.
+  # loops over allreduces of mixed sizes until kolo reports an error; 256 KiB segments make
+  # its larger allreduces pipelined (rings on a thread of their own).
   peer_ms=3000
   addr=$(kh_addr h0) port=$((30000 + RANDOM % 20000))
   pids=()
   for r in 0 1 2 3; do
     kh_exec h$((r / 2)) env RANK=$r WORLD_SIZE=4 MASTER_ADDR=$addr MASTER_PORT=$port \
-      KOLO_SECRET=coll-test-secret-0123 KOLO_PEER_TIMEOUT_MS=$peer_ms \
+      KOLO_SECRET=coll-test-secret-0123 KOLO_PEER_TIMEOUT_MS=$peer_ms KOLO_HIER_SEGMENT=262144 \
       timeout -s KILL 120 "$FAULT" "$WORK" --max-s 100 > out.$r 2>&1 &
     pids+=($!)
   done
