@@ -7,7 +7,9 @@
 #                                         transport checked (hier, or tcp for KOLO_HIERARCHICAL=0)
 #   collectives_test.sh torchrun          2x2 started by hand inside each host with torchrun-style
 #                                         variables (no kolorun): the hosts are told apart by
-#                                         their /dev/shm, and every rank reports local 0/1 of 2
+#                                         their /dev/shm, and every rank reports local 0/1 of 2;
+#                                         then h0's ranks reach the store over 127.0.0.1 and
+#                                         still advertise eth0 (routed toward an h1 rank)
 #   collectives_test.sh nic               a decoy docker0 172.17.0.1/16 on every host: each rank
 #                                         advertises its eth0 address (logged at info) and the
 #                                         job works; --network-interface nosuch0 is an error
@@ -89,6 +91,26 @@ torchrun)
     expect "torchrun-style rank $r: local $((r % 2)) of 2, hierarchical, sum 10" \
       eq "$(cat out.$r)" "identity rank=$r size=4 local_rank=$((r % 2)) local_size=2 transport=hier sum=10"
   done
+
+  # h0's ranks reach the store over loopback (MASTER_ADDR=127.0.0.1), h1's over the network:
+  # h0's ranks must not advertise 127.0.0.1 but the address h1 reaches them on.
+  port=$((30000 + RANDOM % 20000))
+  pids=()
+  for r in 0 1 2 3; do
+    h=h$((r / 2)) master=$addr
+    [ $r -lt 2 ] && master=127.0.0.1
+    kh_exec $h env RANK=$r WORLD_SIZE=4 MASTER_ADDR=$master MASTER_PORT=$port KOLO_SECRET=coll-test-secret-0123 \
+      KOLO_LOG=info timeout -s KILL 120 "$IDENT" > out.$r 2> err.$r &
+    pids+=($!)
+  done
+  for r in 0 1 2 3; do
+    wait "${pids[$r]}"
+    expect "store on loopback for h0: rank $r exits 0 with sum 10" has out.$r "^identity rank=$r size=4 .*transport=hier sum=10$"
+  done
+  for r in 0 1; do
+    expect "store on loopback for h0: rank $r advertises $addr, routed toward h1" \
+      has err.$r "advertising ${addr//./\\.} \(interface eth0, the route to rank [23] at "
+  done
   ;;
 
 nic)
@@ -126,13 +148,14 @@ nic)
 kill | link)
   # 2 hosts x 2 ranks started inside each host with torchrun-style variables (no launcher to
   # tear anything down: what each rank reports is kolo's own detection). kolo_fault_rank
-  # loops over allreduces of mixed sizes until kolo reports an error.
+  # loops over allreduces of mixed sizes until kolo reports an error; 256 KiB segments make
+  # its larger allreduces pipelined (rings on a thread of their own).
   peer_ms=3000
   addr=$(kh_addr h0) port=$((30000 + RANDOM % 20000))
   pids=()
   for r in 0 1 2 3; do
     kh_exec h$((r / 2)) env RANK=$r WORLD_SIZE=4 MASTER_ADDR=$addr MASTER_PORT=$port \
-      KOLO_SECRET=coll-test-secret-0123 KOLO_PEER_TIMEOUT_MS=$peer_ms \
+      KOLO_SECRET=coll-test-secret-0123 KOLO_PEER_TIMEOUT_MS=$peer_ms KOLO_HIER_SEGMENT=262144 \
       timeout -s KILL 120 "$FAULT" "$WORK" --max-s 100 > out.$r 2>&1 &
     pids+=($!)
   done
