@@ -5,6 +5,8 @@
 //   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist --epochs 3 --resume   # 2 more epochs
 //   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist --model mlp --bench-steps 60 --batch 32
 //   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist --model convbn --amp bf16   # SyncBatchNorm, autocast
+//   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist_preprocess --out train.kcache   # augment once
+//   kolorun -np 2 build/examples/fashion_mnist/fashion_mnist --cache train.kcache             # train from it
 //
 // Every rank holds the whole data set in memory and trains on its shard
 // (DistributedSampler); gradients are averaged by DistributedOptimizer; the
@@ -15,6 +17,7 @@
 #include <ATen/autocast_mode.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <kolo/data/torch_dataset.h>
 #include <kolo/torch.h>
 #include <torch/torch.h>
 
@@ -147,6 +150,25 @@ Tensors to_tensors(const fmnist::Split& s, std::size_t limit) {
   return {x, y};
 }
 
+// --cache: the training samples of a kolo::data cache built by
+// fashion_mnist_preprocess (augmented, normalised f32 [1, rows, cols]). x and
+// y are views of the memory-mapped file: nothing is decoded or copied until
+// a batch is gathered.
+Tensors from_cache(const std::string& path, std::size_t limit, const fmnist::Images& like) {
+  auto ds = kolo::data::CacheDataset::open(path);
+  const auto& spec = ds.cache().spec();
+  const std::vector<std::int64_t> want{1, static_cast<std::int64_t>(like.rows), static_cast<std::int64_t>(like.cols)};
+  if (spec.dtype != kolo::DType::F32 || spec.shape != want)
+    throw std::runtime_error(fmt::format("{}: its records are [{}] {} (transform '{}'), not [1, {}, {}] f32 "
+                                         "images; build it with fashion_mnist_preprocess",
+                                         path, fmt::join(spec.shape, ", "), kolo::dtype_name(spec.dtype),
+                                         spec.transform, like.rows, like.cols));
+  auto x = ds.data();
+  auto y = ds.targets();
+  const std::int64_t n = limit ? std::min<std::int64_t>(x.size(0), static_cast<std::int64_t>(limit)) : x.size(0);
+  return {x.slice(0, 0, n), y.slice(0, 0, n)};
+}
+
 // --- options --------------------------------------------------------------------
 
 struct Options {
@@ -175,6 +197,7 @@ struct Options {
   bool zero_memset = false;
   std::string amp = "none";        // none, bf16 (CPU autocast), fp16 (emulated, loss scaling)
   std::string batchnorm = "sync";  // convbn: sync, local, broadcast (rank 0's buffers)
+  std::string cache;               // train from this kolo::data cache instead of the IDX images
 };
 
 // The forward pass and the loss in f32, under autocast with --amp bf16.
@@ -262,7 +285,9 @@ int run(const Options& o) {
   const bool rank0 = comm.rank() == 0;
 
   const fmnist::Dataset ds = fmnist::load(o.data);
-  const Tensors train = to_tensors(ds.train, o.train_limit ? o.train_limit : ds.train.images.count);
+  const Tensors train = o.cache.empty()
+                            ? to_tensors(ds.train, o.train_limit ? o.train_limit : ds.train.images.count)
+                            : from_cache(o.cache, o.train_limit, ds.train.images);
   const Tensors test = to_tensors(ds.test, ds.test.images.count);
   const auto n_train = static_cast<std::size_t>(train.x.size(0));
 
@@ -451,6 +476,8 @@ int main(int argc, char** argv) {
                  "rank 0's buffers every step)")
       ->check(CLI::IsMember({"sync", "local", "broadcast"}))
       ->capture_default_str();
+  app.add_option("--cache", o.cache,
+                 "train from this cache (built by fashion_mnist_preprocess) instead of the IDX training images");
   app.add_flag("--zero-memset", o.zero_memset,
                "zero_grad() zeroes the gradient buckets instead of resetting .grad");
   CLI11_PARSE(app, argc, argv);

@@ -252,8 +252,9 @@ BuildResult build_cache(Communicator& comm, const std::string& path, const Cache
     if (rank == 0) {
       try {
         for (std::uint64_t at = 0; at < total;) {
-          const std::uint64_t len = get64(&all[at]);
-          writer->append(&all[at + 16], len, static_cast<std::int64_t>(get64(&all[at + 8])));
+          const std::uint8_t* rec = all.data() + at;  // {length, label, bytes}
+          const std::uint64_t len = get64(rec);
+          writer->append(rec + 16, len, static_cast<std::int64_t>(get64(rec + 8)));
           at += 16 + len;
         }
       } catch (const std::exception& e) {

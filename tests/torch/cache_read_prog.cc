@@ -6,10 +6,13 @@
 // difference (exit 1).
 //
 //   cache_read_prog PATH SAMPLES TRANSFORM [--variable]
+//   cache_read_prog --params CHECKPOINT   # "name hash" per model tensor of a kolo checkpoint
 #include <kolo/data/torch_dataset.h>
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <fstream>
+#include <map>
 #include <string>
 
 #include "cache_synthetic.h"
@@ -27,9 +30,31 @@ int fail(const std::string& what) {
   return 1;
 }
 
+// A kolo checkpoint is a 32-byte header and a torch::pickle_save'd dict whose
+// "model" maps names to tensors. Prints each tensor's name and a hash of its
+// bytes (FNV-1a), sorted by name: two runs trained on the same samples print
+// the same lines (the files themselves are not byte-reproducible).
+int print_params(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (bytes.size() < 32) return fail("no checkpoint at " + path);
+  const auto dict = torch::pickle_load(std::vector<char>(bytes.begin() + 32, bytes.end())).toGenericDict();
+  std::map<std::string, torch::Tensor> params;
+  for (const auto& kv : dict.at("model").toGenericDict())
+    params[kv.key().toStringRef()] = kv.value().toTensor().contiguous();
+  for (const auto& [name, t] : params) {
+    std::uint64_t h = 1469598103934665603ull;
+    const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+    for (std::size_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    std::printf("param %s %016llx\n", name.c_str(), static_cast<unsigned long long>(h));
+  }
+  return params.empty() ? fail("no model tensors in " + path) : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--params") return print_params(argv[2]);
   if (argc < 4) return fail("usage: cache_read_prog PATH SAMPLES TRANSFORM [--variable]");
   const std::string path = argv[1], transform = argv[3];
   const auto n = std::stoull(argv[2]);
