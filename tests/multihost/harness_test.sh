@@ -40,7 +40,7 @@ flag=$(mktemp -u /tmp/harness-test-flag.XXXXXX)
   kh_link h2 up
   check "link up again: ping" kh_exec h1 ping -c 1 -W 2 h2
   check "shape h1" kh_shape h1 2gbit
-  check "tbf on h1" eval "tc -n $(kh_ns h1) qdisc show dev eth0 | grep -q 'tbf.*rate 2Gbit'"
+  check "tbf on h1" eval "kh_tc $(kh_ns h1) qdisc show dev eth0 | grep -q 'tbf.*rate 2Gbit'"
   check "unshape h1" kh_unshape h1
   check "decoy bridge on h0, h1" eval "kh_decoy h0 && kh_decoy h1"
   check "decoy address is local on h1" eval "kh_exec h1 ip -4 -br addr show docker0 | grep -q 172.17.0.1/16"

@@ -46,11 +46,12 @@ kh_holder() { cat "$KH_DIR/$1/holder.pid" 2>/dev/null || kh_die "host '$1' is no
 
 # Run a command on host H: enter the holder's network, UTS, IPC and mount namespaces. The mount
 # namespace shares every mount of this machine except /dev/shm, /run and /etc/hosts, so the
-# working directory exists there too.
+# working directory exists there too. -r keeps the holder's root: entering a mount namespace
+# otherwise moves to its real root, which is not ours inside a chroot.
 kh_exec() {
   local h=$1 pid; shift
   pid=$(kh_holder "$h") || return 1
-  nsenter -t "$pid" -n -u -i -m --wd="$PWD" -- "$@"
+  nsenter -t "$pid" -n -u -i -m -r --wd="$PWD" -- "$@"
 }
 
 kh_ssh() {
@@ -58,6 +59,12 @@ kh_ssh() {
   [ "$h" = h0 ] && from=h1
   kh_exec "$from" ssh -F "$KH_SSH_CONFIG" "$h" "$@"
 }
+
+# ip/tc inside a host's (or the switch's) network namespace. `ip -n` would also remount /sys in
+# a private mount namespace ("mount --make-rslave /"), which fails where / is not a mount point
+# (a plain chroot, such as a fresh Debian root); nsenter enters the network namespace only.
+kh_ip() { local ns=$1; shift; nsenter --net="/run/netns/$ns" ip "$@"; }
+kh_tc() { local ns=$1; shift; nsenter --net="/run/netns/$ns" tc "$@"; }
 
 kh_pids() { ip netns pids "$(kh_ns "$1")" 2>/dev/null; }
 
@@ -73,29 +80,29 @@ kh_kill() {
 kh_shape() {
   local h=$1 rate=$2 i
   i=$(kh_index "$h") || return 1
-  ip -n "$(kh_ns "$h")" link set eth0 txqueuelen 1000 &&
-  tc -n "$(kh_ns "$h")" qdisc replace dev eth0 root tbf rate "$rate" burst 512kb latency 10ms &&
-  tc -n "$(kh_ns sw)" qdisc replace dev "p$i" root tbf rate "$rate" burst 512kb latency 10ms
+  kh_ip "$(kh_ns "$h")" link set eth0 txqueuelen 1000 &&
+  kh_tc "$(kh_ns "$h")" qdisc replace dev eth0 root tbf rate "$rate" burst 512kb latency 10ms &&
+  kh_tc "$(kh_ns sw)" qdisc replace dev "p$i" root tbf rate "$rate" burst 512kb latency 10ms
 }
 kh_unshape() {
   local h=$1 i
   i=$(kh_index "$h") || return 1
-  tc -n "$(kh_ns "$h")" qdisc del dev eth0 root 2>/dev/null || true
-  tc -n "$(kh_ns sw)" qdisc del dev "p$i" root 2>/dev/null || true
+  kh_tc "$(kh_ns "$h")" qdisc del dev eth0 root 2>/dev/null || true
+  kh_tc "$(kh_ns sw)" qdisc del dev "p$i" root 2>/dev/null || true
 }
 
 kh_link() {
   local h=$1 state=$2 i
   i=$(kh_index "$h") || return 1
   [[ $state == up || $state == down ]] || { kh_die "kh_link: state must be up or down, not '$state'"; return 1; }
-  ip -n "$(kh_ns sw)" link set "p$i" "$state"
+  kh_ip "$(kh_ns sw)" link set "p$i" "$state"
 }
 
 kh_decoy() {
   local h=$1 cidr=${2:-172.17.0.1/16} ns
   ns=$(kh_ns "$h") || return 1
-  ip -n "$ns" link add docker0 type bridge && ip -n "$ns" addr add "$cidr" dev docker0 &&
-  ip -n "$ns" link set docker0 up
+  kh_ip "$ns" link add docker0 type bridge && kh_ip "$ns" addr add "$cidr" dev docker0 &&
+  kh_ip "$ns" link set docker0 up
 }
 
 kh_on_down() { KH_ON_DOWN=("$1" "${KH_ON_DOWN[@]}"); }
@@ -219,6 +226,19 @@ Host *
 EOF
 }
 
+# The hosts' mount namespaces must not pass their mounts back to this machine: "private" marks
+# every mount so, but needs / to be a mount point. In a plain chroot it is not; there every mount
+# must already be private (none "shared:" in mountinfo but /run/netns), and "unchanged" keeps them so.
+kh_propagation() {
+  if mountpoint -q /; then echo private; return; fi
+  # /run/netns is shared by `ip netns` itself; the holder makes its copy a slave first.
+  if grep ' shared:' /proc/self/mountinfo | grep -vqE ' /run/netns(/[^ ]*)? '; then
+    kh_die "/ is not a mount point (a chroot?) and some mounts are shared: hosts cannot be isolated here"
+    return 1
+  fi
+  echo unchanged
+}
+
 # One host: network namespace + veth to the switch, then a holder process owning the UTS, IPC and
 # mount namespaces (own hostname, tmpfs /dev/shm and /run, private /etc/hosts), then sshd.
 kh_start_host() {
@@ -226,15 +246,16 @@ kh_start_host() {
   ns=$(kh_ns "$h"); sw=$(kh_ns sw); addr=$KH_NET.$((10 + i))
   ip netns add "$ns" || return 1
   ip link add eth0 netns "$ns" type veth peer name "p$i" netns "$sw" || return 1
-  ip -n "$sw" link set "p$i" master br0 up || return 1
-  ip -n "$ns" addr add "$addr/24" dev eth0 || return 1
-  ip -n "$ns" link set lo up && ip -n "$ns" link set eth0 up || return 1
+  kh_ip "$sw" link set "p$i" master br0 up || return 1
+  kh_ip "$ns" addr add "$addr/24" dev eth0 || return 1
+  kh_ip "$ns" link set lo up && kh_ip "$ns" link set eth0 up || return 1
   # setsid + no inherited stdio: nothing of ours keeps a caller's pipe (ctest's) open.
   # A fresh sysfs shows this host's interfaces under /sys/class/net; the machine's cgroup mounts
   # are carried over onto it (slurmd needs them even with proctrack/linuxproc).
-  setsid nsenter --net="/run/netns/$ns" unshare --uts --ipc --mount --propagation private -- bash -c '
+  setsid nsenter --net="/run/netns/$ns" unshare --uts --ipc --mount --propagation "$(kh_propagation)" -- bash -c '
     set -e
     hostname "$1"
+    if mountpoint -q /run/netns; then mount --make-rslave /run/netns; fi
     mount -t tmpfs -o mode=1777,size=50% tmpfs /dev/shm
     mount -t tmpfs -o mode=755 tmpfs /run
     mkdir -m 755 /run/sshd /run/kh-cgroup
@@ -303,9 +324,12 @@ kh_up() {
   KH_HOSTS=()
   for ((i = 0; i < n; i++)); do KH_HOSTS+=("h$i"); done
   kh_write_files "$n" || { kh_down; return 1; }
+  # Each host bind-mounts its own hosts file over /etc/hosts, which needs the file to exist (a
+  # minimal Debian root has none). An empty one resolves exactly as a missing one does.
+  [ -e /etc/hosts ] || : > /etc/hosts
   ip netns add "$(kh_ns sw)" &&
-  ip -n "$(kh_ns sw)" link add br0 type bridge &&
-  ip -n "$(kh_ns sw)" link set br0 up || { kh_down; return 1; }
+  kh_ip "$(kh_ns sw)" link add br0 type bridge &&
+  kh_ip "$(kh_ns sw)" link set br0 up || { kh_down; return 1; }
   for ((i = 0; i < n; i++)); do kh_start_host "$i" || { kh_down; return 1; }; done
   for ((i = 0; i < n; i++)); do kh_wait_sshd "h$i" || { kh_down; return 1; }; done
   export KH_ID KH_DIR KH_NET KH_SSH_CONFIG
