@@ -1,7 +1,8 @@
 """local_rank/local_size/cross_rank/cross_size with ranks on emulated hosts:
 the test starts every rank with KOLO_HOSTNAME=host<rank % HOSTS>, so hosts
 interleave (host0: ranks 0, 2, ...; host1: ranks 1, 3, ...) and kolo joins
-them over TCP. Checks a collective across the hosts too."""
+them hierarchically (shared memory within a host, TCP between). Checks a
+collective across the hosts too."""
 import os
 import sys
 
@@ -21,6 +22,6 @@ check(hvd.local_rank() == mine.index(R), f"local_rank {hvd.local_rank()}")
 check(hvd.local_size() == len(mine), f"local_size {hvd.local_size()}")
 check(hvd.cross_rank() == R % hosts, f"cross_rank {hvd.cross_rank()} (host index by lowest rank)")
 check(hvd.cross_size() == hosts, f"cross_size {hvd.cross_size()}")
-check(kolo.transport() == "tcp", f"transport {kolo.transport()} across hosts")
+check(kolo.transport() == "hier", f"transport {kolo.transport()} across hosts")
 check(hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum).item() == N * (N - 1) / 2, "allreduce")
 done(f"hosts rank {R} of {N}")
