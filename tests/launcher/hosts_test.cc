@@ -346,6 +346,20 @@ TEST(FakeRemoteHosts, ShellStartupOutputBeforeTheAgentIsRefusedAndShown) {
       << o.err;
 }
 
+TEST(FakeRemoteHosts, ShellStartupOutputArrivingWithTheHelloShowsOnlyTheShellsLines) {
+  // The shell's line and the agent's hello (whole, or its start) in one
+  // write, as one read may see them: only the shell's line is shown.
+  for (const char* tail : {"KOLORUN-AGENT-1\\n", "KOLO"}) {
+    const std::string rsh = std::string(R"(sh -c '[ "$2" = true ] || { printf "welcome to nodea\n)") + tail +
+                            R"("; exec sleep 5; }' rsh)";
+    Outcome o = run_kolorun({"-H", "nodea:1", "--rsh", rsh, "--network-interface", "lo", rank_prog(), "where"});
+    EXPECT_EQ(o.code, 1);
+    EXPECT_TRUE(contains(o.err, "kolorun: lost host nodea (rank 0): the remote shell printed 'welcome to nodea\n' "
+                                "before kolorun's agent started"))
+        << tail << ": " << o.err;
+  }
+}
+
 TEST(FakeRemoteHosts, KoloRshReplacesSsh) {
   ::setenv("KOLO_RSH", kFakeRsh.c_str(), 1);
   Outcome o = run_kolorun({"-H", "nodea:2", "--network-interface", "lo", rank_prog(), "where"});

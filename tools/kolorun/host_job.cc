@@ -322,6 +322,17 @@ void HostJob::handle_frame(Agent& a, const Frame& f) {
   }
 }
 
+// What the remote shell printed before the agent's hello: the hello, or the
+// start of it that one read happened to end with, belongs to the agent and is
+// not shown as the shell's output.
+std::string_view before_hello(std::string_view got) {
+  if (const std::size_t at = got.find(kAgentHello); at != std::string_view::npos) return got.substr(0, at);
+  for (std::size_t k = std::min(got.size(), kAgentHello.size() - 1); k > 0; --k) {
+    if (got.substr(got.size() - k) == kAgentHello.substr(0, k)) return got.substr(0, got.size() - k);
+  }
+  return got;
+}
+
 void HostJob::read_out(Agent& a) {
   char buf[65536];
   ssize_t n = ::read(a.proc.stdout_pipe, buf, sizeof buf);
@@ -358,7 +369,7 @@ void HostJob::read_out(Agent& a) {
     if (got.substr(0, k) != kAgentHello.substr(0, k)) {
       lose(a, fmt::format("the remote shell printed '{}' before kolorun's agent started (a shell startup file "
                           "must not print when not interactive)",
-                          got.substr(0, std::min<std::size_t>(got.size(), 200))));
+                          before_hello(got).substr(0, 200)));
       return;
     }
     if (k < kAgentHello.size()) return;
