@@ -10,9 +10,17 @@ RANK, WORLD_SIZE). The Horovod-API program is bench/python/horovod_step.py
 (cnn, mlp) and rank count (1, 2) the three alternate REPS times; medians,
 samples/s and ratios to gloo. 1 thread per rank, OPENBLAS_NUM_THREADS=1.
 At 1 rank the anchor builds no DDP (the same program on either backend): the
-row is the baseline for scaling.
+row is the baseline for scaling. The ceiling column is the machine's bound
+for any backend at 2 ranks: two independent 1-rank runs of the anchor at once
+(no communication; only the cores, caches and memory bandwidth they share).
 
   bench/python/compare_ddp.py [--build build] [--reps 5] [--steps 40] [--batch 32] [--out FILE]
+
+glibc's malloc tunables in the environment reach every program alike (the
+header names them): bench/torch/compare.py runs the DDP anchor with
+MALLOC_MMAP_THRESHOLD_=MALLOC_TRIM_THRESHOLD_=1073741824, which keeps glibc
+from mapping and unmapping every large tensor (a page fault per 4 KiB touched,
+costly on this VM); run this script with and without them.
 """
 import argparse
 import os
@@ -22,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "torch"))
-from compare import ANCHORS, machine, run  # noqa: E402  (bench/torch/compare.py)
+from compare import ANCHORS, machine, run, run_pair  # noqa: E402  (bench/torch/compare.py)
 
 
 def main():
@@ -59,19 +67,28 @@ def main():
     say(f"# machine: {machine()}")
     say(f"# date: {time.strftime('%Y-%m-%d %H:%M:%S')}, load average at start: {os.getloadavg()[0]:.2f}")
     say(f"# batch {a.batch}/rank, 1 thread/rank, {a.reps} alternating repetitions of {a.steps} timed steps; medians")
+    tunables = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("MALLOC_"))
+    say(f"# glibc malloc tunables (every program alike): {tunables or 'none (glibc defaults)'}")
     say()
-    say(f"{'model':5} {'ranks':>5} {'gloo':>8} {'kolo':>8} {'hvd':>8} {'kolo/gloo':>10} {'hvd/gloo':>9}   "
-        "runs (gloo | kolo | hvd)")
+    def ceiling(model):
+        e = dict(env, MODEL=model, BACKEND="gloo")
+        return run_pair([f"{ANCHORS}/launch_torch.sh", "1", "/usr/bin/python3", f"{ANCHORS}/ddp_fashion_mnist.py"], e)
+
+    say(f"{'model':5} {'ranks':>5} {'gloo':>8} {'kolo':>8} {'hvd':>8} {'ceiling':>8} {'kolo/gloo':>10} "
+        f"{'hvd/gloo':>9} {'ceiling/gloo':>13}   runs (gloo | kolo | hvd | ceiling)")
     for model in a.models.split(","):
         for n in map(int, a.ranks.split(",")):
-            g, k, h = [], [], []
+            g, k, h, c = [], [], [], []
             for _ in range(a.reps):
                 g.append(ddp("gloo", model, n))
                 k.append(ddp("kolo", model, n))
                 h.append(hvd(model, n))
+                if n == 2:
+                    c.append(ceiling(model))
             mg, mk, mh = (statistics.median(v) for v in (g, k, h))
-            say(f"{model:5} {n:5d} {mg:8.0f} {mk:8.0f} {mh:8.0f} {mk / mg:9.2f}x {mh / mg:8.2f}x   "
-                f"{g} | {k} | {h}")
+            mc = statistics.median(c) if c else float("nan")
+            say(f"{model:5} {n:5d} {mg:8.0f} {mk:8.0f} {mh:8.0f} {mc:8.0f} {mk / mg:9.2f}x {mh / mg:8.2f}x "
+                f"{mc / mg:12.2f}x   {g} | {k} | {h} | {c}")
     say(f"# samples/s; load average at end: {os.getloadavg()[0]:.2f}")
     if a.out:
         with open(a.out, "w") as f:

@@ -49,6 +49,22 @@ def run(cmd, env):
     return float(m.group(1)), (float(step.group(1)) if step else None)
 
 
+def run_pair(cmd, env):
+    """The machine's ceiling for 2 ranks: two independent single-process runs
+    of cmd at once (no communication, only the cores, caches and memory
+    bandwidth they share); their samples/s added."""
+    ps = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+          for _ in range(2)]
+    total = 0.0
+    for p in ps:
+        out = p.communicate()[0]
+        m = re.search(r"samples_per_s=(\d+)", out)
+        if p.returncode != 0 or not m:
+            sys.exit(f"failed: {' '.join(cmd)}\n{out}")
+        total += float(m.group(1))
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build-torch")
@@ -88,18 +104,9 @@ def main():
         return run([f"{anchors}/launch_torch.sh", str(n), "/usr/bin/python3",
                     f"{anchors}/ddp_fashion_mnist.py"], e)
 
-    def pair(model):  # two independent single-process runs at once
-        cmd = [prog, "--model", model, "--batch", "32", "--threads", "1", "--bench-steps", str(a.steps)]
-        ps = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-              for _ in range(2)]
-        total = 0.0
-        for p in ps:
-            out = p.communicate()[0]
-            m = re.search(r"samples_per_s=(\d+)", out)
-            if p.returncode != 0 or not m:
-                sys.exit(f"failed: {' '.join(cmd)}\n{out}")
-            total += float(m.group(1))
-        return total
+    def pair(model):
+        return run_pair([prog, "--model", model, "--batch", "32", "--threads", "1", "--bench-steps", str(a.steps)],
+                        env)
 
     results = {}
     overlap = {}
@@ -116,7 +123,8 @@ def main():
         for _ in range(a.reps):
             on.append(kolo(model, 2)[1])
             off.append(kolo(model, 2, "--no-overlap")[1])
-        overlap[model] = (statistics.median(on), statistics.median(off))
+        overlap[model] = (statistics.median(on), statistics.median(off),
+                          statistics.median([x / y for x, y in zip(on, off)]))
 
     say()
     say(f"{'model':5} {'ranks':>5} {'kolo samples/s':>15} {'DDP samples/s':>14} {'kolo/DDP':>9}   runs (kolo | DDP)")
@@ -134,9 +142,13 @@ def main():
         ks, ds = results[(model, 2)][2:]
         say(f"{model:5} {max(ks):13.0f} {max(ds):12.0f} {max(ks) / max(ds):5.2f}x")
     say()
-    say(f"{'model':5} {'step ms, overlap':>17} {'step ms, no overlap':>20}   (kolo, 2 ranks)")
-    for model, (on, off) in overlap.items():
-        say(f"{model:5} {on:17.1f} {off:20.1f}")
+    say(f"{'model':5} {'step ms, overlap':>17} {'step ms, no overlap':>20} {'on/off, median of pairs':>24}   "
+        "(kolo, 2 ranks)")
+    for model, (on, off, ratio) in overlap.items():
+        say(f"{model:5} {on:17.1f} {off:20.1f} {ratio:24.3f}")
+    say(f"{'model':5} {'kolo scaling / ceiling':>23}   (goal >= 90 %)")
+    for model in a.models.split(","):
+        say(f"{model:5} {results[(model, 2)][0] / ceiling[model]:22.0%}")
     finish(say, lines, a.out)
 
 
