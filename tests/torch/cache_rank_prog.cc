@@ -3,11 +3,14 @@
 //
 //   cache_rank_prog build PATH [--samples N] [--transform NAME] [--inputs X] [--variable]
 //                              [--chunk C] [--force] [--kill-rank R --kill-at I] [--throw-at I]
+//                              [--outlive-sigterm]
 //   cache_rank_prog check PATH [--samples N] [--transform NAME] [--variable] [--expect-transform NAME]
 //
 // build prints "built: <reason>" or "reused" on rank 0. --kill-at makes rank
 // R SIGKILL itself when it reaches sample I; --throw-at makes the transform
-// throw there. check compares every record with cache_synthetic.h and prints
+// throw there. --outlive-sigterm ignores SIGTERM, so that a rank whose peer
+// failed first still prints its own error before kolorun's grace period ends
+// (kolorun SIGTERMs the other ranks as soon as one exits non-zero). check compares every record with cache_synthetic.h and prints
 // "check ok N" or the first difference (exit 1).
 #include <kolo/data/cache.h>
 #include <kolo/kolo.h>
@@ -27,7 +30,7 @@ struct Args {
   std::uint64_t samples = 103, inputs = 7, kill_at = ~0ull, throw_at = ~0ull;
   int kill_rank = -1;
   std::size_t chunk = 4;
-  bool variable = false, force = false;
+  bool variable = false, force = false, outlive_sigterm = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -51,6 +54,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--throw-at") a.throw_at = std::stoull(next());
     else if (k == "--variable") a.variable = true;
     else if (k == "--force") a.force = true;
+    else if (k == "--outlive-sigterm") a.outlive_sigterm = true;
     else throw std::runtime_error("unknown option " + k);
   }
   return a;
@@ -114,6 +118,7 @@ int check(const Args& a) {
 int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
+    if (a.outlive_sigterm) std::signal(SIGTERM, SIG_IGN);
     if (a.mode == "build") return build(a);
     if (a.mode == "check") return check(a);
     throw std::runtime_error("unknown mode " + a.mode);

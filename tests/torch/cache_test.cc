@@ -147,7 +147,9 @@ TEST_F(Cache, CorruptIsAnErrorOnOpenAndRebuiltByBuild) {
 
 TEST_F(Cache, ForeignFileIsRefusedAndKept) {
   { std::ofstream(path_) << "my precious notes, not a cache\n"; }
-  auto r = ranks(2, "build", path_, "--samples 10");
+  // Rank 1 must outlive kolorun's SIGTERM (sent when rank 0 exits first) to
+  // be seen saying why it stopped too.
+  auto r = ranks(2, "build", path_, "--samples 10 --outlive-sigterm");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("kolo rank 0: '" + path_ + "' exists and is not a kolo cache"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("kolo rank 1: build_cache: rank 0 refused"), std::string::npos) << r.out;

@@ -322,13 +322,13 @@ int mode_ckpt_kill(kolo::Communicator&, const Args& a) {
   torch::optim::SGD opt(m.parameters(), torch::optim::SGDOptions(0.1));
   torch::NoGradGuard g;
   m.w.fill_(1.0f);
-  kolo::torch::save_checkpoint(ckpt, m, opt, {1, 10, {}});
+  kolo::torch::save_checkpoint(ckpt, m, opt, {1, 10, {}, std::nullopt});
   std::printf("v1 saved\n");
   std::fflush(stdout);
   m.w.fill_(2.0f);
   rlimit lim{1 << 20, 1 << 20};  // 1 MiB: v2 dies with SIGXFSZ in the middle of its write
   setrlimit(RLIMIT_FSIZE, &lim);
-  kolo::torch::save_checkpoint(ckpt, m, opt, {2, 20, {}});
+  kolo::torch::save_checkpoint(ckpt, m, opt, {2, 20, {}, std::nullopt});
   std::printf("v2 saved (unexpected)\n");
   return 0;
 }
@@ -348,7 +348,7 @@ int mode_ckpt_save(kolo::Communicator& comm, const Args& a) {
   torch::optim::SGD opt(m.parameters(), torch::optim::SGDOptions(0.1));
   torch::NoGradGuard g;
   m.w.fill_(3.0f);
-  if (comm.rank() == 0) kolo::torch::save_checkpoint(a.get("ckpt"), m, opt, {3, 30, {}});
+  if (comm.rank() == 0) kolo::torch::save_checkpoint(a.get("ckpt"), m, opt, {3, 30, {}, std::nullopt});
   return 0;
 }
 
