@@ -30,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "torch"))
-from compare import ANCHORS, machine, run, run_pair  # noqa: E402  (bench/torch/compare.py)
+from compare import ANCHORS, machine, reporter, run, run_pair, save  # noqa: E402  (bench/torch/compare.py)
 
 
 def main():
@@ -48,11 +48,7 @@ def main():
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", THREADS="1",
                BATCH=str(a.batch), STEPS=str(a.steps),
                PYTHONPATH=pythonpath + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    lines = []
-
-    def say(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    say, lines = reporter()
 
     def ddp(backend, model, n):
         e = dict(env, MODEL=model, BACKEND=backend)
@@ -90,9 +86,7 @@ def main():
             say(f"{model:5} {n:5d} {mg:8.0f} {mk:8.0f} {mh:8.0f} {mc:8.0f} {mk / mg:9.2f}x {mh / mg:8.2f}x "
                 f"{mc / mg:12.2f}x   {g} | {k} | {h} | {c}")
     say(f"# samples/s; load average at end: {os.getloadavg()[0]:.2f}")
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    save(lines, a.out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ go to --dir and are removed at the end.
 """
 import argparse, filecmp, os, re, statistics, subprocess, sys, tempfile, time
 
-from compare import finish, machine  # bench/torch/compare.py, beside this script
+from compare import finish, machine, reporter  # bench/torch/compare.py, beside this script
 
 
 def main():
@@ -39,11 +39,7 @@ def main():
     pre = os.path.join(a.build, "examples/fashion_mnist/fashion_mnist_preprocess")
     train = os.path.join(a.build, "examples/fashion_mnist/fashion_mnist")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    lines = []
-
-    def say(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    say, lines = reporter()
 
     def launch(n, prog, *args):
         cmd = [kolorun, "-np", str(n), prog, *args] if n > 1 else [prog, *args]

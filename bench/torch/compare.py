@@ -32,12 +32,27 @@ def machine():
     return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
 
 
-def finish(say, lines, out):
-    """The closing line, then all lines into `out` (if given)."""
-    say(f"# load average at end: {os.getloadavg()[0]:.2f}")
+def reporter():
+    """(say, lines): say(s) prints s at once and keeps it in lines, for --out."""
+    lines = []
+
+    def say(s=""):
+        print(s, flush=True)
+        lines.append(s)
+    return say, lines
+
+
+def save(lines, out):
+    """All lines into `out` (if given)."""
     if out:
         with open(out, "w") as f:
             f.write("\n".join(lines) + "\n")
+
+
+def finish(say, lines, out):
+    """The closing line, then all lines into `out` (if given)."""
+    say(f"# load average at end: {os.getloadavg()[0]:.2f}")
+    save(lines, out)
 
 
 def run(cmd, env):
@@ -83,11 +98,7 @@ def main():
     # setting reaches the Python anchor through glibc's environment tunables.
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                MALLOC_MMAP_THRESHOLD_="1073741824", MALLOC_TRIM_THRESHOLD_="1073741824")
-    lines = []
-
-    def say(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    say, lines = reporter()
 
     say(f"# kolo_torch vs PyTorch DDP (Gloo), Fashion-MNIST step, batch 32/rank, 1 thread/rank")
     say(f"# machine: {machine()}")

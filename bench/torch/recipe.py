@@ -17,7 +17,7 @@ batch 32, one thread per rank, OPENBLAS_NUM_THREADS=1.
 """
 import argparse, os, re, statistics, subprocess, sys, time
 
-from compare import finish, machine  # bench/torch/compare.py, beside this script
+from compare import finish, machine, reporter  # bench/torch/compare.py, beside this script
 
 
 def main():
@@ -32,11 +32,7 @@ def main():
     kolorun = os.path.join(a.build, "tools/kolorun/kolorun")
     prog = os.path.join(a.build, "examples/fashion_mnist/fashion_mnist")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    lines = []
-
-    def say(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    say, lines = reporter()
 
     def step_ms(*args):
         cmd = ([kolorun, "-np", str(a.ranks), prog] if a.ranks > 1 else [prog]) + [

@@ -4,6 +4,7 @@ Inputs are deterministic functions of (rank, dtype, size), so every rank can
 compute every other rank's input and so the expected result on its own,
 in Python integers or float64 — independently of kolo."""
 import os
+import signal
 import sys
 
 import torch
@@ -14,6 +15,18 @@ FLOATS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
 HALF = {torch.float16, torch.bfloat16}
 
 checks = 0
+
+
+def await_the_kill(result_dir, rank):
+    """For the kill tests: ignore kolorun's SIGTERM (the test wants kolo's own
+    detection of the dead peer reported) and leave this rank's pid, and on
+    rank 0 the job id, in result_dir for the test to check."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(os.path.join(result_dir, f"rank.{rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    if rank == 0:
+        with open(os.path.join(result_dir, "job"), "w") as f:
+            f.write(os.environ.get("KOLO_JOB_ID", "?"))
 
 
 def check(cond, what):

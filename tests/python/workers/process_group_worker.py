@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import DTYPES, FLOATS, HALF, check, done, same, tensor, values, wrap  # noqa: E402
+from common import await_the_kill, DTYPES, FLOATS, HALF, check, done, same, tensor, values, wrap  # noqa: E402
 
 import kolo.torch  # noqa: E402,F401  (registers the backend)
 
@@ -271,12 +271,7 @@ def mode_errors():
 
 def mode_kill():
     result_dir = sys.argv[2]
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # report kolo's detection, not kolorun's stop
-    with open(os.path.join(result_dir, f"rank.{R}.pid"), "w") as f:
-        f.write(str(os.getpid()))
-    if R == 0:
-        with open(os.path.join(result_dir, "job"), "w") as f:
-            f.write(os.environ.get("KOLO_JOB_ID", "?"))
+    await_the_kill(result_dir, R)
     model = nn.parallel.DistributedDataParallel(make_model())
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     try:

@@ -19,7 +19,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, done  # noqa: E402
+from common import await_the_kill, check, done  # noqa: E402
 
 import kolo.torch as hvd  # noqa: E402
 from kolo.torch import optimizer as kolo_optimizer  # noqa: E402
@@ -156,12 +156,7 @@ def mode_join():
 
 def mode_kill():
     result_dir = sys.argv[2]
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # report kolo's own detection, not kolorun's stop
-    with open(os.path.join(result_dir, f"rank.{R}.pid"), "w") as f:
-        f.write(str(os.getpid()))
-    if R == 0:
-        with open(os.path.join(result_dir, "job"), "w") as f:
-            f.write(os.environ.get("KOLO_JOB_ID", "?"))
+    await_the_kill(result_dir, R)
     model = make_model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters())
