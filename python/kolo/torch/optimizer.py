@@ -10,6 +10,8 @@ How a step runs (the same on every rank, so kolo's call-order matching holds):
     issued strictly in bucket order as soon as all their gradients are ready:
     the gradients are copied (cast, with compression) into the bucket's flat
     buffer and an asynchronous kolo allreduce starts while backward goes on.
+    A bucket of one gradient (every parameter above the cap) is reduced where
+    it lies, in p.grad, as Horovod does: no copy in or out.
   * Just before the first bucket of a step, a one-element allreduce of an
     "active" flag (1 on every rank that steps) is issued. A rank that has
     called join() answers it with 0 and mirrors the step's buckets with
@@ -18,6 +20,9 @@ How a step runs (the same on every rank, so kolo's call-order matching holds):
   * synchronize() (called by step()) issues what is left (gradients that
     never arrived count as zeros, as in Horovod), waits, and writes the
     averaged gradients back to p.grad.
+  * op=Average without a predivide factor is kolo's Average (the division
+    happens in the reduction: no pass of its own); only when ranks have
+    joined are the results scaled by size / active afterwards.
 Gradient = sum over active ranks of (grad / gradient_predivide_factor),
 times gradient_predivide_factor / active_ranks for Average (Sum: the plain
 sum). Gradients accumulated over backward_passes_per_step are summed, not
@@ -55,6 +60,7 @@ class _Bucket:
             off += p.numel()
         self.code = dtypes._NATIVE.get(wire_dtype)
         self.work = None
+        self.target = None  # what this step's allreduce reduces: buffer, or p.grad itself
 
 
 def _wire_dtype(compression, p):
@@ -96,6 +102,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError(error(what, "backward_passes_per_step must be at least 1"))
         self._average = code == _C.AVERAGE
         self._predivide = float(gradient_predivide_factor)
+        # The op on the wire, the same on every rank (join() mirrors it).
+        self._wire_op = _C.AVERAGE if self._average and self._predivide == 1.0 else _C.SUM
         self._compression = compression or Compression.none
         self.backward_passes_per_step = backward_passes_per_step
         self._sparse_as_dense = sparse_as_dense
@@ -176,9 +184,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._issue(self._buckets[self._next])
             self._next += 1
 
+    def _in_place(self, b):
+        """p.grad itself when the bucket is that one gradient and kolo can reduce it where it lies."""
+        if len(b.params) != 1 or self._predivide != 1.0:
+            return None
+        g = b.params[0].grad
+        if (g is None or g.is_sparse or g.device.type != "cpu" or g.dtype != b.buffer.dtype
+                or not g.is_contiguous()):
+            return None
+        return g
+
     def _issue(self, b):
         if self._flag_work is None:
             self._start_round(True)
+        b.target = self._in_place(b)
+        if b.target is None:
+            self._fill(b)
+            b.target = b.buffer
+        ptr = b.target.data_ptr()
+        b.work = comm().allreduce_async(ptr, ptr, b.buffer.numel(), b.code, self._wire_op)
+
+    def _fill(self, b):
+        """Copies the bucket's gradients (zeros for those that never arrived) into its buffer."""
         with torch.no_grad():
             for p, view in zip(b.params, b.views):
                 g = p.grad
@@ -193,8 +220,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 view.copy_(g.reshape(-1))
             if self._predivide != 1.0:
                 b.buffer.div_(self._predivide)
-        ptr = b.buffer.data_ptr()
-        b.work = comm().allreduce_async(ptr, ptr, b.buffer.numel(), b.code, _C.SUM)
 
     def synchronize(self):
         """Finishes this step's allreduces and writes the results to p.grad."""
@@ -203,6 +228,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._issue_ready()
         if self._flag_work is None:  # no buckets at all: the flag still keeps join() in step
             self._start_round(True)
+        targets = [b.target for b in self._buckets]
         try:
             self._flag_work.wait()
             active = int(self._flag[0])
@@ -211,14 +237,23 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         finally:
             self._flag_work = None
             for b in self._buckets:
-                b.work = None
+                b.work = b.target = None
             self._reset_round()
         self._rounds += 1
-        scale = self._predivide / active if self._average else 1.0
+        # kolo returned the sum over all ranks of grad / predivide, or with
+        # Average on the wire that sum / size; joined ranks added zeros.
+        if not self._average:
+            scale = 1.0
+        elif self._wire_op == _C.AVERAGE:
+            scale = comm().size() / active
+        else:
+            scale = self._predivide / active
         with torch.no_grad():
-            for b in self._buckets:
+            for b, target in zip(self._buckets, targets):
                 if scale != 1.0:
-                    b.buffer.mul_(scale)
+                    target.mul_(scale)
+                if target is not b.buffer:
+                    continue  # reduced in place: p.grad holds the result
                 for p, view in zip(b.params, b.views):
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
@@ -233,7 +268,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for b in self._buckets:
                 b.buffer.zero_()
                 ptr = b.buffer.data_ptr()
-                comm().allreduce(ptr, ptr, b.buffer.numel(), b.code, _C.SUM)
+                comm().allreduce(ptr, ptr, b.buffer.numel(), b.code, self._wire_op)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
