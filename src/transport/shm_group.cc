@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -38,13 +39,34 @@ std::string random_suffix() {
   return fmt::format("{:08x}{:08x}", rd(), rd());
 }
 
+// The cores this process may run on (a cpuset under Slurm or taskset).
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+// How long a waiting rank spins before it yields its core, when `sharers`
+// ranks of the job share this machine: long while they fit the cores (a
+// peer that runs side by side arrives within microseconds, and a futex
+// sleep would cost more), barely at all beyond, where a spinning rank takes
+// the core a peer needs. KOLO_SHM_SPINS overrides it: training ranks also
+// compute while kolo's engine thread communicates, so with 2 ranks on 2
+// cores fewer spins free CPU for compute but can turn small collectives into
+// futex ping-pong (bench/shm_spins.py measures both sides).
+int spins_for(int sharers) {
+  const std::int64_t forced = config::shm_spins();
+  if (forced >= 0) return static_cast<int>(std::min<std::int64_t>(forced, 1 << 30));
+  return sharers <= usable_cores() ? 20000 : 50;
+}
+
 }  // namespace
 
 ShmGroup::ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id,
                    int rank, int size, Members members)
     : rank_(rank), size_(size), members_(std::move(members)), timeout_ms_(config::timeout_ms()),
       stall_warn_ms_(config::stall_warn_ms()),
-      spins_(size <= static_cast<int>(std::thread::hardware_concurrency()) ? 20000 : 50),
+      spins_(spins_for(size)),
       sources_(size), pidfds_(size, -1) {
   chunk_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(config::shm_chunk_bytes(), 4096)), kPage);
   const std::size_t flags_bytes = round_up(sizeof(Flag) * size, kPage);
@@ -168,9 +190,7 @@ void ShmGroup::fail_aborted(int peer, const char* what) {
           reason);
 }
 
-void ShmGroup::set_cpu_sharers(int n) {
-  spins_ = n <= static_cast<int>(std::thread::hardware_concurrency()) ? 20000 : 50;
-}
+void ShmGroup::set_cpu_sharers(int n) { spins_ = spins_for(n); }
 
 void ShmGroup::check_peers(const char* what) {
   for (int q = 0; q < size_; ++q) {

@@ -62,9 +62,9 @@ class ShmGroup {
   // or did not arrive in time.
   void wait_all(std::uint64_t e, const char* what);
   // How many of the job's processes share this machine's cores (by default
-  // the group's size): beyond the number of cores, waits barely spin, since
-  // a spinning rank then takes the core a peer needs. Emulated hosts (and
-  // containers) put several groups on one machine.
+  // the group's size): beyond the cores this process may use, waits barely
+  // spin, since a spinning rank then takes the core a peer needs.
+  // Emulated hosts (and containers) put several groups on one machine.
   void set_cpu_sharers(int n);
   // Fails (IoError) if a peer has aborted or died: for a rank that waits on
   // something else (a TCP transfer) while its host's ranks may fail.
