@@ -298,4 +298,9 @@ def mode_init():
 
 for mode in MODES:
     {"ops": mode_ops, "ddp": mode_ddp, "errors": mode_errors, "kill": mode_kill, "init": mode_init}[mode]()
+# torch's documented shutdown. Without it the gloo group of mode_ddp is torn
+# down during interpreter exit, where its worker threads can end the process
+# with "terminate called without an active exception" (SIGABRT; seen in CI at
+# 3 ranks over TCP, pytorch/pytorch#190489).
+dist.destroy_process_group()
 done(f"process_group rank {R} of {N} [{','.join(MODES)}]")
