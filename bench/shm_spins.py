@@ -30,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "torch"))
-from compare import ANCHORS, machine, reporter, run, save  # noqa: E402  (bench/torch/compare.py)
+from compare import ANCHORS, finish, machine, reporter, run  # noqa: E402  (bench/torch/compare.py)
 
 SIZES = ["8", "64K", "1M", "64M"]
 
@@ -106,8 +106,7 @@ def main():
         ratios = [p / q for p, q in zip(x, y)]
         say(f"{c:28} {statistics.median(x):10.2f} {statistics.median(y):12.2f}   {statistics.median(ratios):28.3f}   "
             f"{[round(r, 3) for r in ratios]}")
-    say(f"# load average at end: {os.getloadavg()[0]:.2f}")
-    save(lines, a.out)
+    finish(say, lines, a.out)
 
 
 if __name__ == "__main__":
