@@ -11,34 +11,14 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "python"))
 from fashion_mnist_data import DEFAULT_DIR, MEAN, STD, dataset  # noqa: E402
+from anchor_models import model as anchor_model  # noqa: E402
 
 import kolo.torch as hvd  # noqa: E402
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c1, self.c2 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3)
-        self.f1, self.f2 = nn.Linear(9216, 128), nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.c2(F.relu(self.c1(x)))), 2)
-        return self.f2(F.relu(self.f1(torch.flatten(x, 1))))
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.f1, self.f2, self.f3 = nn.Linear(784, 4096), nn.Linear(4096, 4096), nn.Linear(4096, 10)
-
-    def forward(self, x):
-        return self.f3(F.relu(self.f2(F.relu(self.f1(torch.flatten(x, 1))))))
 
 
 hvd.init()
@@ -48,7 +28,7 @@ X, Y = dataset(os.environ.get("DATA", DEFAULT_DIR), "train").tensors
 X = X * STD + MEAN  # the anchor trains on unnormalised [0, 1] pixels
 torch.manual_seed(0)
 kind = os.environ.get("MODEL", "cnn")
-model = MLP() if kind == "mlp" else Net()
+model = anchor_model(kind)
 opt = torch.optim.SGD(model.parameters(), lr=0.01 * ws, momentum=0.9)
 if ws > 1:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
