@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """How long a waiting rank spins on shared memory: kolo's automatic choice vs
 a forced KOLO_SHM_SPINS (default 200, ~5 us on the dev VM), interleaved in one
-run. At 2 ranks on 2 cores kolo's choice is the long spin (20000): the ranks
-fit the cores, though each also computes while its engine thread reduces.
+run. At 2 ranks on 2 cores kolo's choice is the long spin (20000) for blocking
+collectives (kolo-bench) and a short one (50) for asynchronous ones, which
+overlap the caller's compute (the training fronts): --spins 20000 is the
+long spin everywhere, kolo's choice before 2026-11-24.
 
 Each repetition runs, for both settings in turn, at 2 ranks:
   * kolo-bench allreduce (8 B, 64 KiB, 1 MiB, 64 MiB): time per call;

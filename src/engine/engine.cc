@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include "core/error.h"
+#include "core/overlap.h"
 
 namespace kolo::detail {
 
@@ -51,6 +52,7 @@ void Engine::finish_inline(std::exception_ptr err) {
 }
 
 void Engine::loop() {
+  overlaps_caller = true;  // its callers go on working (core/overlap.h)
   std::unique_lock lk(mu_);
   for (;;) {
     cv_.wait(lk, [&] { return stop_ || (!queue_.empty() && !busy_); });

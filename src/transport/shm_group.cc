@@ -20,6 +20,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/overlap.h"
 
 namespace kolo::transport {
 
@@ -50,14 +51,20 @@ int usable_cores() {
 // ranks of the job share this machine: long while they fit the cores (a
 // peer that runs side by side arrives within microseconds, and a futex
 // sleep would cost more), barely at all beyond, where a spinning rank takes
-// the core a peer needs. KOLO_SHM_SPINS overrides it: training ranks also
-// compute while kolo's engine thread communicates, so with 2 ranks on 2
-// cores fewer spins free CPU for compute but can turn small collectives into
-// futex ping-pong (bench/shm_spins.py measures both sides).
-int spins_for(int sharers) {
+// the core a peer needs. An asynchronous collective barely spins either: it
+// runs on the engine thread while its caller computes (a backward pass), so
+// the ranks' threads already outnumber the cores and a spin takes CPU from
+// the compute of this rank or its peer (2-rank MLP training on 2 cores,
+// bench/results/shm-spins-overlap-np2-vm-2026-11-24.md). KOLO_SHM_SPINS
+// overrides both (bench/shm_spins.py measures the trade-off).
+ShmGroup::Spins spins_for(int sharers) {
   const std::int64_t forced = config::shm_spins();
-  if (forced >= 0) return static_cast<int>(std::min<std::int64_t>(forced, 1 << 30));
-  return sharers <= usable_cores() ? 20000 : 50;
+  if (forced >= 0) {
+    const int n = static_cast<int>(std::min<std::int64_t>(forced, 1 << 30));
+    return {n, n};
+  }
+  constexpr int kFew = 50;
+  return {sharers <= usable_cores() ? 20000 : kFew, kFew};
 }
 
 }  // namespace
@@ -209,7 +216,8 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   auto check_aborted = [&] {
     if (f.aborted.load(std::memory_order_acquire)) fail_aborted(peer, what);
   };
-  for (int i = 0; i < spins_; ++i) {
+  const int spins = overlaps_caller ? spins_.overlapped : spins_.blocking;
+  for (int i = 0; i < spins; ++i) {
     if (f.epoch.load(std::memory_order_acquire) >= e) return;
     if ((i & 255) == 0) check_aborted();
     _mm_pause();

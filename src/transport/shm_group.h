@@ -80,6 +80,12 @@ class ShmGroup {
     return e;
   }
 
+  // Busy-wait iterations before a waiting rank sleeps, in a collective that
+  // blocks its caller and in one that overlaps its caller's work (core/overlap.h).
+  struct Spins {
+    int blocking, overlapped;
+  };
+
  private:
   // One per rank, on its own pair of cache lines. The low half of `epoch` is
   // also the futex word sleepers wait on; `sleepers` tells the publisher
@@ -121,7 +127,7 @@ class ShmGroup {
   std::uint64_t epoch_ = 0;
   std::int64_t timeout_ms_;
   std::int64_t stall_warn_ms_;
-  int spins_;  // busy-wait iterations before sleeping: few when ranks outnumber cores
+  Spins spins_;
   Fingerprint current_, previous_;
   std::uint64_t current_digest_ = 0;
   bool unchecked_ = false;  // current_ not yet compared with the other ranks'
