@@ -9,7 +9,8 @@ long spin everywhere, kolo's choice before 2026-11-24.
 Each repetition runs, for both settings in turn, at 2 ranks:
   * kolo-bench allreduce (8 B, 64 KiB, 1 MiB, 64 MiB): time per call;
   * the C++ front's training step (examples/fashion_mnist --bench-steps),
-    CNN and MLP: samples/s;
+    CNN and MLP, and the MLP with --no-overlap (every allreduce in step(),
+    while the caller waits): samples/s;
   * the DDP anchor on backend "kolo" (../shared/anchors/ddp_fashion_mnist.py),
     CNN and MLP: samples/s.
 It prints medians per setting and the median over repetitions of the paired
@@ -78,16 +79,17 @@ def main():
     say(f"# date: {time.strftime('%Y-%m-%d %H:%M:%S')}, load average at start: {os.getloadavg()[0]:.2f}")
     say(f"# {a.reps} repetitions; training: batch 32/rank, 1 thread/rank, {a.steps} timed steps")
 
-    def cpp(model, env):
+    def cpp(model, env, *extra):
         return run([kolorun, "-np", "2", prog, "--model", model, "--batch", "32", "--threads", "1",
-                    "--bench-steps", str(a.steps)], env)[0]
+                    "--bench-steps", str(a.steps), *extra], env)[0]
 
     def ddp(model, env):
         return run([f"{ANCHORS}/launch_torch.sh", "2", "/usr/bin/python3", f"{ANCHORS}/ddp_fashion_mnist.py"],
                    dict(env, MODEL=model, BACKEND="kolo"))[0]
 
-    training = [(f"C++ front {m}", cpp, m) for m in ("cnn", "mlp")] + [(f"DDP on kolo {m}", ddp, m)
-                                                                        for m in ("cnn", "mlp")]
+    training = [(f"C++ front {m}", cpp, m) for m in ("cnn", "mlp")]
+    training += [("C++ front mlp no-overlap", lambda m, env: cpp(m, env, "--no-overlap"), "mlp")]
+    training += [(f"DDP on kolo {m}", ddp, m) for m in ("cnn", "mlp")]
     cases = [f"kolo-bench {s} B time_us" for s in SIZES]
     for name, _, _ in training:
         cases += [f"{name} samples/s", f"{name} CPU s"]
@@ -102,11 +104,11 @@ def main():
             print(f"rep {rep} {name}: {vals}", flush=True)
     forced = f"spins={a.spins}"
     say()
-    say(f"{'case':28} {'auto':>10} {forced:>12}   {'auto/forced, median of pairs':>28}   pairs")
+    say(f"{'case':36} {'auto':>10} {forced:>12}   {'auto/forced, median of pairs':>28}   pairs")
     for c in cases:
         x, y = res["auto"][c], res[forced][c]
         ratios = [p / q for p, q in zip(x, y)]
-        say(f"{c:28} {statistics.median(x):10.2f} {statistics.median(y):12.2f}   {statistics.median(ratios):28.3f}   "
+        say(f"{c:36} {statistics.median(x):10.2f} {statistics.median(y):12.2f}   {statistics.median(ratios):28.3f}   "
             f"{[round(r, 3) for r in ratios]}")
     finish(say, lines, a.out)
 
