@@ -2,10 +2,14 @@
 # The README's test command: installs what is needed, builds, runs every test.
 #   scripts/test.sh            all tests
 #   scripts/test.sh -L kernels only tests with that ctest label (any ctest arguments)
+# The Python tests run twice: under Debian's torch 1.13 (python.*) and under
+# PyPI's torch 2.x in a virtual environment (python-torch2.*, made once per
+# machine by scripts/install-torch.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+TORCH2_PYTHON=$(scripts/install-torch.sh)
+scripts/build.sh -DKOLO_TORCH2_PYTHON="$TORCH2_PYTHON"
 BUILD=${KOLO_BUILD_DIR:-build}
 cd "$BUILD"
 # Multi-rank tests oversubscribe the cores already: run tests one at a time.

@@ -3,6 +3,7 @@ every op against results computed in the worker, DDP on "kolo" equal to DDP
 on "gloo", errors with their text on every rank, a rank killed during DDP
 training; started by kolorun (no MASTER_* variables), by torchrun-style
 variables (env:// with MASTER_ADDR/MASTER_PORT) and by mpirun."""
+import inspect
 import os
 import re
 import shutil
@@ -11,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+import torch
+import torch.distributed as dist
 
 from launch import DEADLINE_S, HERE, assert_ok, run, run_killed_rank
 
@@ -22,9 +25,35 @@ def test_ops_ddp_and_errors(np, transport):
     assert_ok(run(np, "process_group_worker.py", "ops,ddp,errors", transport=transport), np, "process_group")
 
 
+@pytest.mark.parametrize("np,transport", [(2, "shm"), (3, "tcp")])
+def test_both_op_names_and_object_collectives(np, transport):
+    assert_ok(run(np, "process_group_worker.py", "names,objects", transport=transport), np, "process_group")
+
+
+@pytest.mark.skipif("device_id" not in inspect.signature(dist.init_process_group).parameters,
+                    reason=f"torch {torch.__version__}'s init_process_group has no device_id")
+def test_device_id():
+    assert_ok(run(2, "process_group_worker.py", "device,ops"), 2, "process_group")
+
+
+@pytest.mark.parametrize("cases,np,transport", [
+    ("static,bucket_view,unused,no_sync,join", 2, "shm"),
+    ("fp16_hook,bf16_hook,powersgd", 2, "shm"),
+    ("unused,join,powersgd", 3, "tcp"),
+])
+def test_ddp_options_and_comm_hooks(cases, np, transport):
+    assert_ok(run(np, "ddp_options_worker.py", cases, transport=transport), np, "ddp_options")
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason=f"torch {torch.__version__} has no torch.compile")
+def test_compiled_model_under_ddp():
+    assert_ok(run(2, "ddp_options_worker.py", "compile"), 2, "ddp_options")
+
+
 def assert_every_rank(out, np, modes):
     for r in range(np):
-        assert re.search(rf"^process_group rank {r} of {np} \[{modes}\]: OK \(\d+ checks\)$", out, re.M), out[-6000:]
+        # not anchored: mpirun may put two ranks' lines together on one line
+        assert re.search(rf"process_group rank {r} of {np} \[{modes}\]: OK \(\d+ checks\)$", out, re.M), out[-6000:]
 
 
 def test_env_with_master_addr():

@@ -9,31 +9,46 @@ process_group_rendezvous.py). The group shares its communicator with
 collectives then share one order, as every collective on a communicator does).
 
 Pure Python on torch's public API and kolo's binding: no LibTorch is linked,
-so one build serves torch 1.13 and 2.x. Every op issues kolo's asynchronous
-collective and returns a KoloWork (process_group_work.py); DDP's Reducer reads
-the results through the work's future, so backward overlaps communication.
+so one build serves torch 1.13 to 2.15 (both tested). Every op issues kolo's
+asynchronous collective and returns a KoloWork (process_group_work.py); DDP's
+Reducer reads the results through the work's future, so backward overlaps
+communication.
 
 How each op maps onto kolo's collectives (CPU tensors, contiguous; kolo's 7
 dtypes natively, int8/int16/bool as kolo.torch.dtypes maps them, any other
-dtype is an error naming it):
+dtype is an error naming it). torch 2.15 renamed the single-tensor ops
+(``all_gather_single`` ...); the older names (``_allgather_base`` ...), which
+torch 1.13 to 2.14 call, are the same methods:
 
   allreduce            allreduce: SUM, AVG (floating types only), MIN, MAX, PRODUCT;
                        BAND/BOR/BXOR/PREMUL_SUM are an error naming the op
   allreduce_coalesced  one allreduce of the concatenated tensors (one dtype)
   broadcast            broadcast
   allgather            allgather, or allgatherv when the output tensors differ in size
-  _allgather_base      allgather into the output tensor (all_gather_into_tensor)
+  all_gather_single    allgather into the output tensor (all_gather_into_tensor);
+    (_allgather_base)
+  all_gather_single_coalesced      one allgather of the concatenated inputs
+    (allgather_into_tensor_coalesced)
   allgather_coalesced  one allgather of the concatenated tensors
-  reduce_scatter, _reduce_scatter_base   reduce_scatter
-  alltoall_base        alltoall; with split sizes, one small allgather of every
-                       rank's split sizes (checked against each other on every
+  reduce_scatter, reduce_scatter_single (_reduce_scatter_base)   reduce_scatter
+  reduce_scatter_single_coalesced  one reduce_scatter of the inputs' blocks
+    (reduce_scatter_tensor_coalesced)  interleaved by rank
+  all_to_all_single    alltoall; with split sizes, one small allgather of every
+    (alltoall_base)    rank's split sizes (checked against each other on every
                        rank) and an alltoall of blocks padded to the largest split
   alltoall             the same, on lists of tensors
   barrier              barrier
   reduce               allreduce (non-root ranks into scratch: their tensor is unchanged)
-  gather               allgather (non-root ranks discard it)
+  gather, gather_single (gather_into_tensor)   allgather (non-root ranks discard it)
   scatter              broadcast of the root's concatenated inputs
-  send, recv           an error: kolo has collectives only
+  send, recv           an error: kolo has collectives only (batch_isend_irecv too)
+
+Object collectives (broadcast_object_list, all_gather_object, gather_object,
+scatter_object_list) are torch's Python over these ops. On torch 2.x the
+group is registered for the CPU device (``devices=["cpu"]``) and answers
+``_get_backend(cpu)`` itself, so ``init_process_group("kolo",
+device_id=torch.device("cpu:0"))`` works; it does not offer communicator
+splitting to torch.
 
 Limits: groups of all ranks only (``new_group`` of a subset is an error naming
 both sizes); one tensor per call (the per-GPU tensor lists of other backends
@@ -189,7 +204,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
                                    f"(the output's), got sizes {[i.numel() for i in ins]}"))
         return self._reduce_scatter_into(what, torch.cat([i.reshape(-1) for i in ins]), out, opts)
 
-    def _reduce_scatter_base(self, output, input, opts=None):
+    def reduce_scatter_single(self, output, input, opts=None):
         what = "reduce_scatter_tensor"
         _check(what, [input])
         _check(what, [output], like=input, name="output")
@@ -197,6 +212,31 @@ class ProcessGroupKolo(dist.ProcessGroup):
             raise ValueError(error(what, f"the input holds {input.numel()} elements; it must hold "
                                    f"{self.size()} x {output.numel()} (ranks x output elements)"))
         return self._reduce_scatter_into(what, input, output, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        """One reduce-scatter for several (output, input) pairs: rank r's block
+        of the concatenation holds block r of every input, in order."""
+        what = "reduce_scatter_tensor_coalesced"
+        if len(outputs) != len(inputs):
+            raise ValueError(error(what, f"{len(outputs)} outputs for {len(inputs)} inputs"))
+        if not inputs:
+            return self._submit(what, None, outputs)
+        _check(what, inputs, like=inputs[0], name="input tensor")
+        _check(what, outputs, like=inputs[0], name="output tensor")
+        for i, o in zip(inputs, outputs):
+            if i.numel() != self.size() * o.numel():
+                raise ValueError(error(what, f"an input holds {i.numel()} elements; it must hold "
+                                       f"{self.size()} x {o.numel()} (ranks x its output's elements)"))
+        flat = torch.cat([i.reshape(self.size(), -1) for i in inputs], dim=1).reshape(-1)
+        counts = [o.numel() for o in outputs]
+        buf, code, op, _ = _reduction_buffer(what, flat, _op_code(what, opts))
+        out = torch.empty(sum(counts), dtype=buf.dtype)
+        work = self._comm.reduce_scatter_async(buf.data_ptr(), out.data_ptr(), out.numel(), code, op)
+
+        def finish():
+            for o, part in zip(outputs, out.split(counts)):
+                o.copy_(part.view(o.shape))
+        return self._submit(what, work, outputs, finish, (buf, out))
 
     # -- data movement ------------------------------------------------------
 
@@ -239,7 +279,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
                 o.copy_(part.view(o.shape))
         return self._submit(what, work, output_tensors, finish, (t, staging))
 
-    def _allgather_base(self, output, input, opts=None):
+    def all_gather_single(self, output, input, opts=None):
         what = "all_gather_into_tensor"
         _check(what, [input])
         _check(what, [output], like=input, name="output")
@@ -249,6 +289,28 @@ class ProcessGroupKolo(dist.ProcessGroup):
         code, per = _unit(input)
         work = self._comm.allgather_async(input.data_ptr(), output.data_ptr(), input.numel() * per, code)
         return self._submit(what, work, [output], keep=(input,))
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        """One allgather of the concatenated inputs; output k gets input k of every rank."""
+        what = "all_gather_into_tensor_coalesced"
+        if len(outputs) != len(inputs):
+            raise ValueError(error(what, f"{len(outputs)} outputs for {len(inputs)} inputs"))
+        if not inputs:
+            return self._submit(what, None, outputs)
+        _check(what, inputs, like=inputs[0], name="input tensor")
+        _check(what, outputs, like=inputs[0], name="output tensor")
+        for i, o in zip(inputs, outputs):
+            if o.numel() != self.size() * i.numel():
+                raise ValueError(error(what, f"an output holds {o.numel()} elements; it must hold "
+                                       f"{self.size()} x {i.numel()} (ranks x its input's elements)"))
+        flat = torch.cat([i.reshape(-1) for i in inputs])
+        staging = torch.empty(self.size(), flat.numel(), dtype=flat.dtype)
+        work = self._gather_into(what, flat, [flat.numel()] * self.size(), staging)
+
+        def finish():
+            for o, block in zip(outputs, staging.split([i.numel() for i in inputs], dim=1)):
+                o.copy_(block.reshape(o.shape))
+        return self._submit(what, work, outputs, finish, (flat, staging))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         what = "allgather_coalesced"
@@ -288,6 +350,20 @@ class ProcessGroupKolo(dist.ProcessGroup):
                 for o, part in zip(outs, staging.split(t.numel())):
                     o.copy_(part.view(o.shape))
         return self._submit(what, work, output_tensors, finish, (t, staging))
+
+    def gather_single(self, output, input, opts=None):
+        what = "gather"
+        _check(what, [input])
+        root = self._root(what, opts.rootRank if opts is not None else 0)
+        mine = self.rank() == root
+        if mine:
+            _check(what, [output], like=input, name="output")
+            if output.numel() != self.size() * input.numel():
+                raise ValueError(error(what, f"the output holds {output.numel()} elements; it must hold "
+                                       f"{self.size()} x {input.numel()} (ranks x input elements)"))
+        staging = output if mine else torch.empty(self.size() * input.numel(), dtype=input.dtype)
+        work = self._gather_into(what, input, [input.numel()] * self.size(), staging)
+        return self._submit(what, work, [output], keep=(input, staging))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         what = "scatter"
@@ -337,8 +413,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
         work = self._comm.alltoall_async(send.data_ptr(), recv.data_ptr(), width * per, code)
         return work, lambda: deliver([recv[j, :c] for j, c in enumerate(recv_counts)]), (send, recv)
 
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        what = "alltoall_base"
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        what = "all_to_all_single"
         _check(what, [input])
         _check(what, [output], like=input, name="output")
         n = self.size()
@@ -382,6 +458,14 @@ class ProcessGroupKolo(dist.ProcessGroup):
     def barrier(self, opts=None):
         return self._submit("barrier", self._comm.barrier_async(), [])
 
+    # torch < 2.15 (and C++ callers of the older virtuals) use the older names.
+    _allgather_base = all_gather_single
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+    _reduce_scatter_base = reduce_scatter_single
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+    alltoall_base = all_to_all_single
+    gather_into_tensor = gather_single
+
     # -- point to point -----------------------------------------------------
 
     def _no_p2p(self, what):
@@ -401,9 +485,29 @@ class ProcessGroupKolo(dist.ProcessGroup):
     def shutdown(self):
         self._completer.stop()
 
+    # torch 2.x asks the group for its per-device backend (init_process_group
+    # with device_id=, subgroup splitting). This group is its own CPU backend.
+    supports_splitting = False
 
-def _create(store, rank, size, timeout):
-    return ProcessGroupKolo(communicator_for(store, rank, size), rank, size)
+    def _get_backend(self, device):
+        device = torch.device(device)
+        if device.type != "cpu":
+            raise RuntimeError(error("process group", f"the kolo backend serves CPU tensors only, "
+                                     f"not device {device}"))
+        return self
+
+
+def _create(opts, backend_options=None):
+    """The creator, with torch's extended API (torch 1.13 and 2.x): opts has the
+    store, rank and size, the group's global ranks and (2.x) torch's own group,
+    whose device binding (init_process_group's device_id) this group takes over
+    since torch uses the returned group in its place."""
+    pg = ProcessGroupKolo(communicator_for(opts.store, opts.group_rank, opts.group_size),
+                          opts.group_rank, opts.group_size)
+    bound = getattr(getattr(opts, "process_group", None), "bound_device_id", None)
+    if bound is not None:
+        pg.bound_device_id = bound
+    return pg
 
 
 def _register():
@@ -411,12 +515,12 @@ def _register():
     if getattr(dist.Backend, "KOLO", None) is not None:
         return  # registered already (module reloaded)
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
-        # torch 2.x: UNTESTED (only torch 1.13 was at hand). Declares the CPU
-        # so that init_process_group("kolo") binds CPU tensors to this group;
-        # 2.x uses a ProcessGroup subclass returned by the creator as the group.
-        dist.Backend.register_backend("kolo", _create, devices=["cpu"])
+        # torch 2.x: the creator returns a ProcessGroup subclass, which torch
+        # takes as the group itself; "cpu" binds CPU tensors to it (a list:
+        # torch >= 2.5 also accepts a string, 2.0-2.4 only a list).
+        dist.Backend.register_backend("kolo", _create, extended_api=True, devices=["cpu"])
     else:
-        dist.Backend.register_backend("kolo", _create)
+        dist.Backend.register_backend("kolo", _create, extended_api=True)
 
 
 if dist.is_available():

@@ -14,6 +14,14 @@ back to the base ``Work::wait()``, which never returns. C++ callers in torch
 wait right after issuing (at most two in flight), so every pending work plus
 the last ``_PINNED_DONE`` completed ones are kept referenced here.
 
+Why a callback that issues a collective hands the thread over: a future's
+then-callbacks run on the thread that completes it, the completion thread.
+A comm hook such as PowerSGD issues its next allreduce inside such a callback
+and waits for that allreduce's future there; the completion thread cannot
+complete it while it runs the callback. So a collective issued on the
+completion thread starts a new completion thread for the queue, and the old
+one ends when its callback returns (works complete in issue order still).
+
 Why one thread, and why wait() does not wait for it: kolo runs collectives in
 issue order, so waiting for them in that order on one thread completes each
 future as soon as it can be completed, and the issuing thread (DDP's
@@ -135,6 +143,9 @@ class Completer:
         succeeded; keep holds the buffers kolo uses until then."""
         work = KoloWork(what, kolo_work, value, finish, keep)
         self._pending.add(work)
+        if self._thread is threading.current_thread():
+            with self._lock:
+                self._thread = None  # issued from a callback: hand the queue over (module text)
         self._start()
         self._queue.put(work)
         return work
@@ -147,6 +158,7 @@ class Completer:
                     self._thread.start()
 
     def _run(self):
+        me = threading.current_thread()
         while True:
             work = self._queue.get()
             if work is None:
@@ -155,6 +167,8 @@ class Completer:
             self._done.append(work)
             self._pending.discard(work)
             del work
+            if self._thread is not me:
+                return  # a callback handed the queue to a newer thread
 
     def stop(self):
         """Lets the thread end after the works already queued."""

@@ -11,6 +11,11 @@
   kill    DDP training; rank 1 SIGKILLs itself at step 3, the others must
           raise an error naming it (argv[2]: a directory for the evidence)
   init    only init_process_group("kolo") and one allreduce (launcher checks)
+  names   the single-tensor ops under both names torch has used (torch 2.15's
+          all_gather_single ..., the older _allgather_base ...) called on the
+          group, and their coalesced forms, against references
+  objects torch's object collectives (pickled objects over the group's ops)
+  device  init_process_group("kolo", device_id=cpu:0) (torch >= 2.3), then ops
 
 Started by kolorun (no MASTER_* variables), launch_torch.sh (env://) or mpirun.
 """
@@ -30,8 +35,9 @@ from common import await_the_kill, DTYPES, FLOATS, HALF, check, done, same, tens
 import kolo.torch  # noqa: E402,F401  (registers the backend)
 
 MODES = sys.argv[1].split(",")
-dist.init_process_group("kolo")
+dist.init_process_group("kolo", **({"device_id": torch.device("cpu:0")} if "device" in MODES else {}))
 R, N = dist.get_rank(), dist.get_world_size()
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 SIZES = [0, 1, 1001]
 OPS = {"SUM": dist.ReduceOp.SUM, "AVG": dist.ReduceOp.AVG, "MIN": dist.ReduceOp.MIN,
        "MAX": dist.ReduceOp.MAX, "PRODUCT": dist.ReduceOp.PRODUCT}
@@ -239,10 +245,19 @@ def mode_errors():
         expect_error(op, lambda: dist.all_reduce(t, op=getattr(dist.ReduceOp, op)),
                      f"ReduceOp.{op} is not supported by the kolo backend")
     expect_error("AVG int", lambda: dist.all_reduce(t, op=dist.ReduceOp.AVG), "AVG is defined for floating")
-    expect_error("send", lambda: dist.send(t, (R + 1) % N), "send/recv is not supported")
-    expect_error("recv", lambda: dist.recv(t, (R + 1) % N), "send/recv is not supported")
+    if N > 1:  # torch 2.x refuses a send to oneself before the group sees it
+        expect_error("send", lambda: dist.send(t, (R + 1) % N), "send/recv is not supported")
+        expect_error("recv", lambda: dist.recv(t, (R + 1) % N), "send/recv is not supported")
+        expect_error("batch_isend_irecv", lambda: dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend, t, (R + 1) % N), dist.P2POp(dist.irecv, t.clone(), (R - 1) % N)]),
+            "send/recv is not supported")
     expect_error("strided", lambda: dist.all_reduce(torch.ones(4, 4).t()), "is not contiguous")
-    expect_error("complex dtype", lambda: dist.broadcast(torch.ones(2, dtype=torch.complex64), 0), "complex")
+    z = torch.tensor([1 + 2j, R - 1j], dtype=torch.complex64)
+    if TORCH2:  # torch 2.x hands the group complex tensors as their real view
+        dist.broadcast(z, 0)
+        check(z.tolist() == [1 + 2j, -1j], f"complex broadcast {z.tolist()}")
+    else:
+        expect_error("complex dtype", lambda: dist.broadcast(z, 0), "complex")
     expect_error("dtype mix", lambda: dist.all_gather_into_tensor(torch.empty(N * 2), torch.ones(2, dtype=torch.int64)),
                  "dtype torch.float32 but the input has torch.int64")
     expect_error("size", lambda: dist.all_gather_into_tensor(torch.empty(N * 2 + 1), torch.ones(2)), "must hold")
@@ -296,8 +311,94 @@ def mode_init():
     print(f"process_group init: rank {R} of {N} via {os.environ.get('MASTER_ADDR') and 'MASTER_ADDR' or 'kolo discovery'}", flush=True)
 
 
+C10D = dist.distributed_c10d  # the option classes live here in torch 1.13 and 2.x
+
+
+def mode_names():
+    pg = C10D._get_default_group()
+    n = 6
+    for dtype in (torch.float32, torch.int8, torch.bool, torch.bfloat16):
+        ins = [values(r, dtype, n) for r in range(N)]
+        for name in ("all_gather_single", "_allgather_base"):
+            out = torch.empty(N * n, dtype=dtype)
+            getattr(pg, name)(out, tensor(ins[R], dtype), C10D.AllgatherOptions()).wait()
+            check(same(out, sum(ins, []), dtype), f"{name} {dtype}")
+        blocks = [blocks_of(r, dtype, n) for r in range(N)]
+        want = [reduced(dtype, "SUM", [blocks[r][R][i] for r in range(N)]) for i in range(n)]
+        for name in ("reduce_scatter_single", "_reduce_scatter_base"):
+            out = torch.empty(n, dtype=dtype)
+            getattr(pg, name)(out, tensor(sum(blocks[R], []), dtype), C10D.ReduceScatterOptions()).wait()
+            check(same(out, want, dtype, tol_for(dtype)), f"{name} {dtype}: {out.tolist()}")
+        for name in ("all_to_all_single", "alltoall_base"):
+            out = torch.empty(N * n, dtype=dtype)
+            getattr(pg, name)(out, tensor(sum(blocks[R], []), dtype), [], [], C10D.AllToAllOptions()).wait()
+            check(same(out, [v for j in range(N) for v in blocks[j][R]], dtype), f"{name} {dtype}")
+        for name in ("gather_single", "gather_into_tensor"):
+            root = N - 1
+            opts = C10D.GatherOptions()
+            opts.rootRank = root
+            out = torch.full((N * n,), 0, dtype=dtype) if R == root else torch.empty(0, dtype=dtype)
+            getattr(pg, name)(out, tensor(ins[R], dtype), opts).wait()
+            check(same(out, sum(ins, []), dtype) if R == root else out.numel() == 0, f"{name} {dtype}")
+    # coalesced: inputs of 3 and 5 elements (int64 and float64 calls each)
+    for dtype in (torch.int64, torch.float64):
+        ins = [[values(r, dtype, 3), values(r + 5, dtype, 5)] for r in range(N)]
+        for name in ("all_gather_single_coalesced", "allgather_into_tensor_coalesced"):
+            outs = [torch.empty(N * 3, dtype=dtype), torch.empty(N, 5, dtype=dtype)]
+            getattr(pg, name)(outs, [tensor(v, dtype) for v in ins[R]], C10D.AllgatherOptions()).wait()
+            check(same(outs[0], [v for r in range(N) for v in ins[r][0]], dtype)
+                  and same(outs[1], [v for r in range(N) for v in ins[r][1]], dtype), f"{name} {dtype}")
+        sizes = (2, 4)
+        blocks = [[blocks_of(r + k, dtype, m) for k, m in enumerate(sizes)] for r in range(N)]
+        for name in ("reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced"):
+            outs = [torch.empty(m, dtype=dtype) for m in sizes]
+            opts = C10D.ReduceScatterOptions()
+            opts.reduceOp = dist.ReduceOp.MAX
+            getattr(pg, name)(outs, [tensor(sum(blocks[R][k], []), dtype) for k in range(2)], opts).wait()
+            for k, m in enumerate(sizes):
+                want = [reduced(dtype, "MAX", [blocks[r][k][R][i] for r in range(N)]) for i in range(m)]
+                check(same(outs[k], want, dtype), f"{name} {dtype} output {k}: {outs[k].tolist()}")
+    if hasattr(dist, "all_gather_single"):  # torch 2.15's public names
+        out = torch.empty(N * 2)
+        dist.all_gather_single(out, torch.tensor([R, -R], dtype=torch.float32))
+        check(out.tolist() == [v for r in range(N) for v in (r, -r)], "dist.all_gather_single")
+    if hasattr(dist, "_coalescing_manager") and hasattr(dist, "all_gather_single"):
+        outs = [torch.empty(N), torch.empty(2 * N)]
+        with dist._coalescing_manager():
+            dist.all_gather_into_tensor(outs[0], torch.tensor([float(R)]))
+            dist.all_gather_into_tensor(outs[1], torch.tensor([float(R), 10.0 + R]))
+        check(outs[0].tolist() == list(map(float, range(N)))
+              and outs[1].tolist() == [v for r in range(N) for v in (r, 10.0 + r)], "coalescing manager")
+
+
+def mode_objects():
+    objs = [{"rank": R, "text": "x" * (R * 100)}, R * 1.5]
+    got = list(objs) if R == 0 else [None, None]
+    dist.broadcast_object_list(got, src=0)
+    check(got == [{"rank": 0, "text": ""}, 0.0], f"broadcast_object_list {got}")
+    every = [None] * N
+    dist.all_gather_object(every, ("r", R, list(range(R))))
+    check(every == [("r", r, list(range(r))) for r in range(N)], f"all_gather_object {every}")
+    root = N - 1
+    gathered = [None] * N if R == root else None
+    dist.gather_object({"from": R}, gathered, dst=root)
+    check(R != root or gathered == [{"from": r} for r in range(N)], f"gather_object {gathered}")
+    out = [None]
+    dist.scatter_object_list(out, [f"to {r}" for r in range(N)] if R == 0 else None, src=0)
+    check(out == [f"to {R}"], f"scatter_object_list {out}")
+
+
+def mode_device():
+    pg = dist.distributed_c10d._get_default_group()
+    check(str(pg.bound_device_id) == "cpu:0", f"bound device {pg.bound_device_id}")
+    t = torch.full((5,), float(R + 1))
+    dist.all_reduce(t)
+    check(t.eq(N * (N + 1) / 2).all(), "all_reduce on a group bound to cpu:0")
+
+
 for mode in MODES:
-    {"ops": mode_ops, "ddp": mode_ddp, "errors": mode_errors, "kill": mode_kill, "init": mode_init}[mode]()
+    {"ops": mode_ops, "ddp": mode_ddp, "errors": mode_errors, "kill": mode_kill, "init": mode_init,
+     "names": mode_names, "objects": mode_objects, "device": mode_device}[mode]()
 # torch's documented shutdown. Without it the gloo group of mode_ddp is torn
 # down during interpreter exit, where its worker threads can end the process
 # with "terminate called without an active exception" (SIGABRT; seen in CI at

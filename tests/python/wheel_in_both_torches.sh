@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One wheel for every torch: builds kolo's wheel once with Debian's Python
+# (pip wheel --no-build-isolation: nothing from PyPI), installs that one file
+# into two fresh virtual environments — one that sees Debian's torch 1.13,
+# one that sees PyPI's torch 2.x (the environment TORCH2_PYTHON belongs to,
+# through a .pth file) — and runs Python test suites in each through the
+# installed package and its `kolorun` console script (no PYTHONPATH, no
+# build tree). Checks that both environments load the very same _C*.so.
+#   tests/python/wheel_in_both_torches.sh TORCH2_PYTHON
+set -euo pipefail
+TORCH2_PYTHON=$1
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+WORK=$(mktemp -d /tmp/kolo-wheel.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+echo "== pip wheel (Debian's Python, no build isolation)"
+# A copy of the tree: setup.py builds into build-pip/ beside the sources,
+# which must not collide with a concurrent build in the checkout.
+mkdir -p "$WORK/src"
+(cd "$SRC" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$WORK/src")
+/usr/bin/python3 -m pip wheel -q --no-build-isolation --no-deps -w "$WORK/dist" "$WORK/src"
+WHEEL=$(ls "$WORK"/dist/kolo-*.whl)
+echo "wheel: $(basename "$WHEEL")"
+WHEEL_SO_SHA=$(/usr/bin/python3 - "$WHEEL" <<'PY'
+import hashlib, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+so = [n for n in z.namelist() if n.startswith("kolo/_C") and n.endswith(".so")]
+assert len(so) == 1, so
+print(hashlib.sha256(z.read(so[0])).hexdigest())
+PY
+)
+
+TORCH2_SITE=$("$TORCH2_PYTHON" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+/usr/bin/python3 -m venv --system-site-packages "$WORK/debian"      # sees Debian's torch
+/usr/bin/python3 -m venv "$WORK/pypi"                               # sees only torch 2.x
+echo "$TORCH2_SITE" > "$("$WORK/pypi/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/torch2.pth"
+
+status=0
+for env in debian pypi; do
+  PY=$WORK/$env/bin/python
+  "$PY" -m pip install -q --no-deps --no-index "$WHEEL"
+  echo "== $env: $("$PY" -c 'import torch; print("torch", torch.__version__)')"
+  SO_SHA=$(cd /tmp && "$PY" -c "import hashlib, kolo._C as c; print(hashlib.sha256(open(c.__file__, 'rb').read()).hexdigest())")
+  if [ "$SO_SHA" != "$WHEEL_SO_SHA" ]; then
+    echo "FAIL: $env loads a _C whose sha256 $SO_SHA is not the wheel's $WHEEL_SO_SHA"
+    status=1
+  fi
+  # The suites through the installed package only: no PYTHONPATH, the
+  # environment's own kolorun console script.
+  (cd /tmp && env -u PYTHONPATH KOLORUN="$WORK/$env/bin/kolorun" PYTHONDONTWRITEBYTECODE=1 \
+      "$PY" -m pytest -q -p no:cacheprovider "$SRC/tests/python/test_api.py" \
+      "$SRC/tests/python/test_process_group.py" -k "test_ops_ddp_and_errors or op_names") || status=1
+done
+exit $status
