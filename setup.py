@@ -21,6 +21,11 @@ class CMakeBuild(build_ext):
         build = Path(self.build_temp).resolve() / "cmake"
         build.mkdir(parents=True, exist_ok=True)
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        try:  # PyPI's pybind11 under build isolation; else CMake finds Debian's pybind11-dev
+            import pybind11
+            gen.append(f"-Dpybind11_DIR={pybind11.get_cmake_dir()}")
+        except ImportError:
+            pass
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *gen,
                         "-DCMAKE_BUILD_TYPE=Release", "-DKOLO_BUILD_TESTS=OFF",
                         "-DKOLO_WITH_TORCH=OFF", f"-DPython3_EXECUTABLE={sys.executable}"],

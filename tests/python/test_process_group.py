@@ -36,9 +36,13 @@ def test_device_id():
     assert_ok(run(2, "process_group_worker.py", "device,ops"), 2, "process_group")
 
 
+# torch 1.13 refuses bf16_compress_hook without CUDA ("required CUDA 11+ and NCCL 2.10+").
+HOOKS = "fp16_hook,bf16_hook,powersgd" if int(torch.__version__.split(".")[0]) >= 2 else "fp16_hook,powersgd"
+
+
 @pytest.mark.parametrize("cases,np,transport", [
     ("static,bucket_view,unused,no_sync,join", 2, "shm"),
-    ("fp16_hook,bf16_hook,powersgd", 2, "shm"),
+    (HOOKS, 2, "shm"),
     ("unused,join,powersgd", 3, "tcp"),
 ])
 def test_ddp_options_and_comm_hooks(cases, np, transport):

@@ -458,14 +458,6 @@ class ProcessGroupKolo(dist.ProcessGroup):
     def barrier(self, opts=None):
         return self._submit("barrier", self._comm.barrier_async(), [])
 
-    # torch < 2.15 (and C++ callers of the older virtuals) use the older names.
-    _allgather_base = all_gather_single
-    allgather_into_tensor_coalesced = all_gather_single_coalesced
-    _reduce_scatter_base = reduce_scatter_single
-    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
-    alltoall_base = all_to_all_single
-    gather_into_tensor = gather_single
-
     # -- point to point -----------------------------------------------------
 
     def _no_p2p(self, what):
@@ -497,6 +489,25 @@ class ProcessGroupKolo(dist.ProcessGroup):
         return self
 
 
+_COLLECTIVES = ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
+                "reduce_scatter_single_coalesced", "broadcast", "allgather", "all_gather_single",
+                "all_gather_single_coalesced", "allgather_coalesced", "gather", "gather_single", "scatter",
+                "all_to_all_single", "alltoall", "barrier")
+# torch 1.13 to 2.14 (and C++ callers of the older virtuals) use the older names.
+_OLDER_NAMES = {"_allgather_base": "all_gather_single",
+                "allgather_into_tensor_coalesced": "all_gather_single_coalesced",
+                "_reduce_scatter_base": "reduce_scatter_single",
+                "reduce_scatter_tensor_coalesced": "reduce_scatter_single_coalesced",
+                "alltoall_base": "all_to_all_single", "gather_into_tensor": "gather_single"}
+if hasattr(getattr(torch, "compiler", None), "disable"):
+    # Under torch.compile (2.x) the ops run as plain Python, outside the graph:
+    # they issue kolo's collectives through a binding dynamo cannot trace.
+    for _name in _COLLECTIVES:
+        setattr(ProcessGroupKolo, _name, torch.compiler.disable(getattr(ProcessGroupKolo, _name)))
+for _older, _name in _OLDER_NAMES.items():
+    setattr(ProcessGroupKolo, _older, getattr(ProcessGroupKolo, _name))
+
+
 def _create(opts, backend_options=None):
     """The creator, with torch's extended API (torch 1.13 and 2.x): opts has the
     store, rank and size, the group's global ranks and (2.x) torch's own group,
@@ -507,7 +518,23 @@ def _create(opts, backend_options=None):
     bound = getattr(getattr(opts, "process_group", None), "bound_device_id", None)
     if bound is not None:
         pg.bound_device_id = bound
+    if hasattr(pg, "_register_backend"):
+        # torch 2.x keeps a group's name in its per-device backends (group_name,
+        # the flight recorder, torch.compile's functional collectives read it):
+        # a group with none has no name. This one holds the name only; the ops
+        # stay the group's own (C++ callers reach them through the group).
+        pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+        pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM,
+                             _NameHolder(opts.group_rank, opts.group_size))
     return pg
+
+
+if hasattr(dist.ProcessGroup, "_register_backend"):
+    class _NameHolder(torch._C._distributed_c10d.Backend):
+        """The CPU backend entry of a kolo group on torch 2.x (see _create)."""
+
+        def getBackendName(self):
+            return "kolo"
 
 
 def _register():

@@ -311,11 +311,11 @@ def mode_init():
     print(f"process_group init: rank {R} of {N} via {os.environ.get('MASTER_ADDR') and 'MASTER_ADDR' or 'kolo discovery'}", flush=True)
 
 
-C10D = dist.distributed_c10d  # the option classes live here in torch 1.13 and 2.x
+C10D = torch._C._distributed_c10d  # the option classes live here in torch 1.13 and 2.x
 
 
 def mode_names():
-    pg = C10D._get_default_group()
+    pg = dist.distributed_c10d._get_default_group()
     n = 6
     for dtype in (torch.float32, torch.int8, torch.bool, torch.bfloat16):
         ins = [values(r, dtype, n) for r in range(N)]
