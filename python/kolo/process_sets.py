@@ -89,8 +89,8 @@ def _register(ps, what):
         raise ValueError(basics.error(what, f"{ps} must hold distinct ranks of 0..{n - 1}"))
     for other in _by_id.values():
         if other.process_set_id and other.ranks == ps.ranks:
-            raise ValueError(basics.error(what, f"a process set with ranks {ps.ranks} is already "
-                                          f"registered (id {other.process_set_id})"))
+            raise ValueError(basics.error(what, f"Attempted to add a duplicate process set: {ps} "
+                                          f"(ranks already registered as id {other.process_set_id})"))
     sub = world.subgroup(ps.ranks)
     ps._comm = sub if sub.valid() else None
     ps.process_set_id = _next_id
@@ -132,12 +132,16 @@ def add_process_set(process_set):
 
 
 def remove_process_set(process_set):
-    """Unregisters a process set; False for the global set or an unknown one."""
+    """Unregisters a process set (and invalidates it); False for the global
+    set, an unregistered one or one already removed."""
     pid = process_set.process_set_id
-    if not pid or _by_id.get(pid) is not process_set:
+    if not pid:
         return False
-    del _by_id[pid]
     process_set._invalidate()
+    registered = _by_id.pop(pid, None)
+    if registered is None:
+        return False
+    registered._invalidate()
     return True
 
 

@@ -96,7 +96,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         what = "DistributedOptimizer"
         self._what = what
         self._process_set = process_set
-        self._comm()  # a rank outside the process set: the error now, not at the first step
+        # As in Horovod, on a rank outside the process set this is the plain
+        # optimizer: no hooks, nothing reduced, step() applies the local gradients.
+        self._included = process_set is None or bool(process_set.included())
+        if self._included:
+            self._comm()  # an unregistered set: the error now, not at the first step
         code = dtypes.op_code(what, op)
         if code not in (_C.SUM, _C.AVERAGE):
             raise ValueError(error(what, f"op {op!r} is not supported (Average or Sum)"))
@@ -129,7 +133,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._reset_round()
         self._grad_accs = []
-        self._register_hooks()
+        if self._included:
+            self._register_hooks()
         global _latest
         _latest = weakref.ref(self)
 
@@ -231,6 +236,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Finishes this step's allreduces and writes the results to p.grad."""
+        if not self._included:
+            self._synchronized = True
+            return
         for p in self._params:
             self._ready.add(p)  # a gradient that never arrived counts as zeros
         self._issue_ready()
@@ -330,7 +338,7 @@ def join(device=-1, process_set=None):
     optimizer is then the one mirrored."""
     c = comm()
     opt = latest_optimizer()
-    if opt is not None and opt._comm() is not c:
+    if opt is not None and (not opt._included or opt._comm() is not c):
         raise RuntimeError(error("join", "the latest DistributedOptimizer runs on another process set "
                                  "than this join()"))
     flag = torch.zeros(1, dtype=torch.int32)
