@@ -1,19 +1,15 @@
 // kolo::init(): find out who we are, meet the other ranks at the rendezvous
-// store, learn which of them share this host, and build the backend.
+// store, and connect to them (connect.h).
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #include "collectives/backend.h"
-#include "core/config.h"
+#include "connect.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/context.h"
 #include "rendezvous/discovery.h"
-#include "rendezvous/hosts.h"
-#include "transport/nic.h"
 
 namespace kolo {
 
@@ -26,56 +22,16 @@ Communicator init() {
   auto ctx = std::make_shared<detail::Context>();
   ctx->rank = d.rank;
   ctx->size = d.size;
+  ctx->job_id = d.job_id;
+  ctx->launcher = d.source;
   if (d.size == 1) {
     ctx->backend = collectives::make_self_backend();
   } else {
     // Each init() of a job gets its own key space (all ranks call init() equally often).
     static int communicators = 0;
-    const std::string prefix = fmt::format("kolo/comm{}", communicators++);
-    ctx->prefix = prefix;
+    ctx->prefix = fmt::format("kolo/comm{}", communicators++);
     ctx->store = rdv::connect_store(d, ctx->hosted_store);
-    auto& store = *ctx->store;
-
-    const rdv::HostMap hosts = rdv::map_hosts(store, prefix, d.job_id, d.rank, d.size, store.local_address());
-    const int host = hosts.host_of[d.rank];
-    const int local_size = static_cast<int>(hosts.ranks[host].size());
-    int local_rank = 0;
-    while (hosts.ranks[host][local_rank] != d.rank) ++local_rank;
-    ctx->local_rank = local_rank;
-    ctx->local_size = local_size;
-
-    const bool one_host = hosts.hosts() == 1;
-    int most_local = 0;
-    for (const auto& r : hosts.ranks) most_local = std::max(most_local, static_cast<int>(r.size()));
-    const std::string want = config::transport();
-    enum { Shm, Tcp, Hier } kind = Tcp;
-    if (want == "auto") {
-      // One rank per host: the hierarchy would add nothing to the flat mesh.
-      kind = one_host ? Shm : (config::hierarchical() && most_local > 1 ? Hier : Tcp);
-    } else if (want == "shm") {
-      if (!one_host)
-        fail("KOLO_TRANSPORT=shm needs every rank on one host, but they are on {} hosts ({} of {} ranks on this one, {})",
-             hosts.hosts(), local_size, d.size, hosts.names[host]);
-      kind = Shm;
-    } else if (want != "tcp") {
-      fail("KOLO_TRANSPORT={} is not a transport (auto, shm, tcp)", want);
-    }
-    if (kind == Shm) {
-      ctx->backend = collectives::make_shm_backend(store, prefix, d.job_id, d.rank, d.size);
-    } else {
-      const std::string address = transport::choose_address(hosts.routes, d.rank, hosts.names[host]);
-      if (kind == Hier) {
-        ctx->backend = collectives::make_hier_backend(store, prefix, d.job_id, d.rank, hosts, address);
-      } else {
-        transport::Members members;
-        if (!one_host)
-          for (int q = 0; q < d.size; ++q) members.hosts.push_back(hosts.host_name_of(q));
-        ctx->backend = collectives::make_tcp_backend(store, prefix, d.rank, d.size, address, std::move(members));
-      }
-    }
-    rdv::store_barrier(store, prefix + "/ready", d.rank, d.size);
-    log(LogLevel::Info, "rank {} of {} on host {} ({} of {} hosts, {} local ranks), transport {}, launcher {}",
-        d.rank, d.size, hosts.names[host], host + 1, hosts.hosts(), local_size, ctx->backend->name(), d.source);
+    detail::connect(*ctx);
   }
   Communicator comm;
   comm.ctx_ = std::move(ctx);

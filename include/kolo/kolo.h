@@ -76,9 +76,12 @@ class Work {
   std::shared_ptr<detail::WorkState> state_;
 };
 
+// Communicator::split's color for a rank that joins no subgroup (MPI_UNDEFINED).
+inline constexpr int kUndefined = -1;
+
 class Communicator {
  public:
-  Communicator() = default;  // invalid until assigned from kolo::init()
+  Communicator() = default;  // invalid until assigned from kolo::init() or split()
 
   int rank() const;
   int size() const;
@@ -118,6 +121,32 @@ class Communicator {
 
   void barrier();
   Work barrier_async();
+
+  // Subgroups: a communicator over some of this one's ranks, with its own
+  // engine, store key space and transport (shared memory where its ranks
+  // share a host, TCP or the hierarchy otherwise, chosen as init() does).
+  // Its collectives involve its ranks only: ranks outside it are never
+  // blocked by them, disjoint subgroups run at the same time, and a subgroup
+  // may be split again. Its errors name its ranks and their world ranks
+  // ("rank 1 (world rank 3)"); its mismatch, stall and failure checks are
+  // its own.
+  //
+  // Both calls are collective over THIS communicator: every rank calls them
+  // at the same position of its collective stream (they exchange what each
+  // rank asked for with one allgather here), and a rank that joins no group
+  // gets an invalid Communicator (valid() == false).
+  //
+  // As MPI_Comm_split: the ranks passing the same color >= 0 form one
+  // subgroup, ordered by key, ties by rank here; color kUndefined (any
+  // negative value) joins none.
+  Communicator split(int color, int key = 0);
+  // The listed ranks of this communicator, in the list's order (rank i of the
+  // subgroup is ranks[i]). Every rank passes the same list, including those
+  // not in it, which get an invalid Communicator; a rank passing another list
+  // is an error on every rank.
+  Communicator subgroup(const std::vector<int>& ranks);
+  // The world rank (kolo::init()'s communicator) of each rank of this one.
+  std::vector<int> world_ranks() const;
 
   // Typed conveniences, in place.
   template <class T>
@@ -172,6 +201,8 @@ class Communicator {
   // Throw kolo::Error naming the collective, the buffer and both lengths.
   void check_length(const char* what, const char* which, std::size_t have, std::size_t need) const;
   void check_blocks(const char* what, const char* which, std::size_t have) const;
+  // split() and subgroup(); `list`: subgroup's list (checked equal on every rank).
+  Communicator split_as(int color, int key, const std::vector<int>* list);
   friend Communicator init();
   std::shared_ptr<detail::Context> ctx_;
 };

@@ -10,12 +10,23 @@ of their lowest rank.
 import atexit
 import os
 import socket
+import threading
 import zlib
 
 from kolo import _C
 
 _comm = None
 _cross = (0, 1)  # (cross_rank, cross_size)
+
+
+class _Scope(threading.local):
+    """The process set a collective is being issued on (kolo/process_sets.py):
+    comm() answers its communicator while set; None means the global one."""
+    comm = None
+    process_set = None
+
+
+scope = _Scope()
 
 
 def _host_identity():
@@ -45,18 +56,21 @@ def _derive_cross(comm):
 def init(comm=None, process_sets=None):
     """Joins the job (collective). Calling it again while initialised does nothing.
 
-    Horovod's ``comm`` and ``process_sets`` arguments are accepted only with
-    their defaults: kolo has one communicator over all ranks.
+    ``process_sets``: Horovod's list of ProcessSets to register (every rank
+    passes the same list; kolo/process_sets.py). Horovod's ``comm`` (an MPI
+    communicator) is accepted only as None.
     """
     global _comm, _cross
-    if comm is not None or process_sets is not None:
-        raise ValueError("kolo: init(comm=..., process_sets=...) is not supported; "
-                         "kolo uses one communicator over all ranks")
+    if comm is not None:
+        raise ValueError("kolo: init(comm=...) is not supported; kolo's communicator spans all "
+                         "ranks of the job (use process_sets= for subsets)")
     if _comm is not None:
         return
     c = _C.init()
     _cross = _derive_cross(c)
     _comm = c
+    from kolo import process_sets as sets
+    sets.init_process_sets(process_sets)
     _line_buffered_under_kolorun()
 
 
@@ -76,8 +90,9 @@ def shutdown():
     global _comm, _cross
     c, _comm, _cross = _comm, None, (0, 1)
     if c is not None:
-        from kolo import handles
+        from kolo import handles, process_sets
         handles.drain()
+        process_sets.reset_process_sets()
         c.close()
 
 
@@ -89,43 +104,49 @@ def is_initialized():
 
 
 def comm():
-    """The communicator; a clear error before init()."""
+    """The communicator of the process set being issued on (see ``scope``),
+    else the global one; a clear error before init()."""
+    return scope.comm or comm_of_world()
+
+
+def comm_of_world():
+    """The global communicator (all ranks); a clear error before init()."""
     if _comm is None:
         raise ValueError("kolo has not been initialized; call hvd.init() first")
     return _comm
 
 
 def rank():
-    return comm().rank()
+    return comm_of_world().rank()
 
 
 def size():
-    return comm().size()
+    return comm_of_world().size()
 
 
 def local_rank():
-    return comm().local_rank()
+    return comm_of_world().local_rank()
 
 
 def local_size():
-    return comm().local_size()
+    return comm_of_world().local_size()
 
 
 def cross_rank():
     """Index of this rank's host among the job's hosts (0 on one host)."""
-    comm()
+    comm_of_world()
     return _cross[0]
 
 
 def cross_size():
     """Number of hosts in the job."""
-    comm()
+    comm_of_world()
     return _cross[1]
 
 
 def transport():
     """"self", "shm" or "tcp"."""
-    return comm().transport()
+    return comm_of_world().transport()
 
 
 def error(what, message):

@@ -12,6 +12,7 @@
 //                                           mpirun, srun, torchrun variables)
 //   kolo._C.Error                           subclass of RuntimeError; every
 //                                           kolo::Error ("kolo rank R: ...")
+//   kolo._C.UNDEFINED                      split()'s color for no group (-1)
 //   dtype codes  F32 F64 F16 BF16 I32 I64 U8   (ints 0..6, kolo::DType)
 //   op codes     SUM AVERAGE MIN MAX PRODUCT   (ints 0..4, kolo::Op)
 //   dtype_size(code) -> int, dtype_name(code) -> "f32"..., op_name(code) -> "sum"...,
@@ -29,6 +30,13 @@
 //     alltoall(in_ptr, out_ptr, count, dtype)              both hold size*count
 //     barrier()
 //     each also as <name>_async(...) -> Work
+//     split(color, key=0) -> Communicator     collective over this communicator,
+//                                           as MPI_Comm_split; color < 0 (UNDEFINED):
+//                                           no group, an invalid Communicator
+//     subgroup(ranks: list[int]) -> Communicator   the listed ranks, in list order;
+//                                           every rank passes the same list, ranks
+//                                           not in it get an invalid Communicator
+//     world_ranks() -> list[int]            init()'s rank of each rank
 //   class Work:  wait() (rethrows the collective's error), test() -> bool, valid()
 //
 // Every blocking call and Work.wait() release the GIL; the buffers must stay
@@ -95,6 +103,7 @@ PYBIND11_MODULE(_C, m) {
   m.attr("MIN") = static_cast<int>(kolo::Op::Min);
   m.attr("MAX") = static_cast<int>(kolo::Op::Max);
   m.attr("PRODUCT") = static_cast<int>(kolo::Op::Product);
+  m.attr("UNDEFINED") = kolo::kUndefined;
 
   m.def("dtype_size", [](int t) { return kolo::dtype_size(dt(t)); });
   m.def("dtype_name", [](int t) { return std::string(kolo::dtype_name(dt(t))); });
@@ -162,5 +171,8 @@ PYBIND11_MODULE(_C, m) {
              return c.alltoall_async(cin(i), out(o), cnt(n), dt(t));
            }, Release())
       .def("barrier", &C::barrier, Release())
-      .def("barrier_async", &C::barrier_async, Release());
+      .def("barrier_async", &C::barrier_async, Release())
+      .def("split", &C::split, py::arg("color"), py::arg("key") = 0, Release())
+      .def("subgroup", &C::subgroup, py::arg("ranks"), Release())
+      .def("world_ranks", &C::world_ranks);
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/fingerprint.h"
 #include "kolo/kolo.h"
@@ -37,19 +38,23 @@ class Backend {
 
 // One rank: every collective is a copy.
 std::unique_ptr<Backend> make_self_backend();
-// All ranks on this host, through one shared-memory segment.
+// All ranks on this host, through one shared-memory segment; `members`
+// names them in messages (a subgroup's world ranks).
 std::unique_ptr<Backend> make_shm_backend(rdv::StoreClient& store, const std::string& prefix,
-                                          const std::string& job_id, int rank, int size);
+                                          const std::string& job_id, int rank, int size,
+                                          transport::Members members);
 // TCP connections between every pair of ranks; `address` is the one this
 // rank advertises (transport/nic.h), `members` names ranks' hosts in messages.
 std::unique_ptr<Backend> make_tcp_backend(rdv::StoreClient& store, const std::string& prefix,
                                           int rank, int size, const std::string& address,
                                           transport::Members members);
 // Ranks on several hosts: shared memory within each host, TCP between hosts
-// (hier_algorithms.h).
+// (hier_algorithms.h). `world`: the world rank of each rank, for messages
+// (null when the communicator is the world).
 std::unique_ptr<Backend> make_hier_backend(rdv::StoreClient& store, const std::string& prefix,
                                            const std::string& job_id, int rank,
-                                           const rdv::HostMap& hosts, const std::string& address);
+                                           const rdv::HostMap& hosts, const std::string& address,
+                                           std::shared_ptr<const std::vector<int>> world);
 
 // Reduction kernels take Sum plus a divisor for Average.
 inline Op kernel_op(Op op) { return op == Op::Average ? Op::Sum : op; }

@@ -13,7 +13,8 @@ namespace {
 class HierBackend final : public Backend {
  public:
   HierBackend(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id, int rank,
-              const rdv::HostMap& hosts, const std::string& address) {
+              const rdv::HostMap& hosts, const std::string& address,
+              std::shared_ptr<const std::vector<int>> world) {
     Hier& h = h_;
     h.rank = rank;
     h.size = static_cast<int>(hosts.host_of.size());
@@ -31,10 +32,10 @@ class HierBackend final : public Backend {
 
     // Local group: peers are named by rank only (they share this host).
     h.local = std::make_unique<ShmGroup>(store, fmt::format("{}/host{}", prefix, h.host), job_id, h.local_rank,
-                                         h.local_size, transport::Members{mine, {}});
+                                         h.local_size, transport::Members{mine, {}, world});
     h.local->set_cpu_sharers(hosts.machine_ranks);
     if (h.local_rank < h.shards) {
-      transport::Members cross;
+      transport::Members cross{{}, {}, world};
       for (int g = 0; g < h.hosts; ++g) {
         cross.ranks.push_back(hosts.ranks[g][h.local_rank]);
         cross.hosts.push_back(hosts.names[g]);
@@ -47,7 +48,7 @@ class HierBackend final : public Backend {
         if (!h_.pipelining) h_.local->check_peers(what);
       });
     }
-    transport::Members everyone;
+    transport::Members everyone{{}, {}, world};
     for (int q = 0; q < h.size; ++q) {
       everyone.ranks.push_back(q);
       everyone.hosts.push_back(hosts.host_name_of(q));
@@ -102,8 +103,9 @@ class HierBackend final : public Backend {
 
 std::unique_ptr<Backend> make_hier_backend(rdv::StoreClient& store, const std::string& prefix,
                                            const std::string& job_id, int rank, const rdv::HostMap& hosts,
-                                           const std::string& address) {
-  return std::make_unique<HierBackend>(store, prefix, job_id, rank, hosts, address);
+                                           const std::string& address,
+                                           std::shared_ptr<const std::vector<int>> world) {
+  return std::make_unique<HierBackend>(store, prefix, job_id, rank, hosts, address, std::move(world));
 }
 
 }  // namespace kolo::collectives

@@ -10,8 +10,8 @@ namespace {
 class ShmBackend final : public Backend {
  public:
   ShmBackend(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id,
-             int rank, int size)
-      : g_(store, prefix, job_id, rank, size) {}
+             int rank, int size, transport::Members members)
+      : g_(store, prefix, job_id, rank, size, std::move(members)) {}
 
   const char* name() const override { return "shm"; }
   void begin(const Fingerprint& fp) override { g_.begin(fp); }
@@ -46,8 +46,9 @@ class ShmBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_shm_backend(rdv::StoreClient& store, const std::string& prefix,
-                                          const std::string& job_id, int rank, int size) {
-  return std::make_unique<ShmBackend>(store, prefix, job_id, rank, size);
+                                          const std::string& job_id, int rank, int size,
+                                          transport::Members members) {
+  return std::make_unique<ShmBackend>(store, prefix, job_id, rank, size, std::move(members));
 }
 
 }  // namespace kolo::collectives

@@ -74,18 +74,18 @@ Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts) {
   return f;
 }
 
-void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, int my_rank,
-                   const Fingerprint& theirs, int their_rank) {
+void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, const std::string& me,
+                   const Fingerprint& theirs, const std::string& them) {
   if (theirs.magic == Fingerprint::kMagic && previous.seq != 0 && theirs.seq == previous.seq &&
       !(theirs == previous))
-    fail("mismatched collectives at collective #{}: rank {} called {} while rank {} (this rank) "
+    fail("mismatched collectives at collective #{}: {} called {} while {} (this rank) "
          "called {} (and went on to #{} {})",
-         previous.seq, their_rank, theirs.call(), my_rank, previous.call(), mine.seq, mine.call());
+         previous.seq, them, theirs.call(), me, previous.call(), mine.seq, mine.call());
   if (theirs.magic == Fingerprint::kMagic && theirs.seq != mine.seq)
-    fail("collectives out of step: rank {} is at collective #{} ({}) while rank {} (this rank) is at #{} ({})",
-         their_rank, theirs.seq, theirs.call(), my_rank, mine.seq, mine.call());
-  fail("mismatched collectives at collective #{}: rank {} called {} while rank {} (this rank) called {}",
-       mine.seq, their_rank, theirs.call(), my_rank, mine.call());
+    fail("collectives out of step: {} is at collective #{} ({}) while {} (this rank) is at #{} ({})",
+         them, theirs.seq, theirs.call(), me, mine.seq, mine.call());
+  fail("mismatched collectives at collective #{}: {} called {} while {} (this rank) called {}",
+       mine.seq, them, theirs.call(), me, mine.call());
 }
 
 }  // namespace kolo

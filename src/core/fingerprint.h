@@ -46,7 +46,8 @@ Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts);
 // `previous` is this rank's collective before `mine`: a peer still at that
 // position is compared with it (this rank went on because its part of the
 // previous collective needed nothing from that peer).
-[[noreturn]] void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, int my_rank,
-                                const Fingerprint& theirs, int their_rank);
+// `me` and `them` name the two ranks ("rank 1", or in a subgroup "rank 1 (world rank 3)").
+[[noreturn]] void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, const std::string& me,
+                                const Fingerprint& theirs, const std::string& them);
 
 }  // namespace kolo

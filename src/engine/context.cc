@@ -9,6 +9,11 @@
 
 namespace kolo::detail {
 
+std::string Context::name(int r) const {
+  if (!world) return fmt::format("rank {}", r);
+  return fmt::format("rank {} (world rank {})", r, (*world)[r]);
+}
+
 // After a timeout: every rank still waiting in the collective times out too
 // and says so under waiting/<rank>; a rank that says nothing within the roll
 // call (and posts no error) is not inside any collective: stopped, hung, or
@@ -33,7 +38,7 @@ std::string Context::roll_call(const std::string& msg) {
   std::string silent;
   int n = 0;
   for (int q = 0; q < size; ++q)
-    if (!heard[q]) silent += (n++ ? ", " : " ") + std::to_string(q);
+    if (!heard[q]) silent += (n++ ? ", " : " ") + name(q).substr(5);  // "3" or "1 (world rank 3)"
   if (n == 0) return "";
   return fmt::format("\n  unresponsive: {}{} (not waiting in any collective of this communicator and no "
                      "error posted within {} ms: stopped, hung, or busy outside kolo)",
@@ -59,7 +64,7 @@ void Context::fail_collective(const Error& e, bool first_hand) {
             const std::string report = store->get(key, std::chrono::milliseconds(1000));
             // A shared-memory peer's abort already carries its reason.
             if (msg.find(report) == std::string::npos)
-              causes += "\n  reported by rank " + std::to_string(q) + ": " + report;
+              causes += "\n  reported by " + name(q) + ": " + report;
           }
           if (!causes.empty()) break;
           std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -76,6 +76,11 @@ class StoreClient {
   // it to each other too.
   const auth::Key& job_key() const;
 
+  // A second connection to the same store with the same key: a subgroup's
+  // communicator gets its own, so that its setup and failure reports never
+  // queue behind another communicator's waits on this one.
+  std::unique_ptr<StoreClient> connect_again(Millis connect_timeout, const auth::Identity& me) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

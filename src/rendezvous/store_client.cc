@@ -115,6 +115,10 @@ StoreClient::StoreClient(const std::string& host, int port, Millis connect_timeo
 
 StoreClient::~StoreClient() = default;
 
+std::unique_ptr<StoreClient> StoreClient::connect_again(Millis connect_timeout, const auth::Identity& me) const {
+  return std::make_unique<StoreClient>(impl_->host, impl_->port, connect_timeout, *impl_->key, me);
+}
+
 void StoreClient::Impl::lost(const std::string& why) {
   fd.reset();  // the stream is out of step now: no later request may use it
   fail_io("lost connection to the rendezvous store at {}:{} ({})", host, port, why);

@@ -188,7 +188,7 @@ void ShmGroup::check_fingerprints() {
   const unsigned parity = current_.seq % 2;
   for (int q = 0; q < size_; ++q)
     if (flags_[q].digest[parity].load(std::memory_order_relaxed) != current_digest_)
-      fail_mismatch(current_, previous_, members_.global(rank_), calls_[q].fp[parity], members_.global(q));
+      fail_mismatch(current_, previous_, members_.label(rank_), calls_[q].fp[parity], members_.label(q));
 }
 
 void ShmGroup::fail_aborted(int peer, const char* what) {

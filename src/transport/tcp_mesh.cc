@@ -262,7 +262,7 @@ std::size_t TcpMesh::recv_some(int peer, char* data, std::size_t len, const char
       hdr += h;
       // Check the peer's call before anything it sent is used.
       if (want_header && hdr == kHeader && !(hdr_in_[peer] == current_))
-        fail_mismatch(current_, previous_, members_.global(rank_), hdr_in_[peer], members_.global(peer));
+        fail_mismatch(current_, previous_, members_.label(rank_), hdr_in_[peer], members_.label(peer));
       return static_cast<std::size_t>(n) - h;
     }
     if (n < 0 && errno == EINTR) continue;

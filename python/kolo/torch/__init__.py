@@ -2,12 +2,14 @@
 
 Names, arguments and defaults follow ``horovod.torch``. Differences (see
 python/README.md): collectives are matched by call order, not by name;
-one communicator over all ranks (process_set arguments accept only the
-default); CPU tensors only; no Adasum.
+CPU tensors only; no Adasum. Process sets (kolo/process_sets.py) are
+Horovod's, each a kolo sub-communicator.
 """
 from kolo._C import Error as KoloError
 from kolo.basics import (init, shutdown, is_initialized, rank, size, local_rank, local_size,
                          cross_rank, cross_size)
+from kolo.process_sets import (ProcessSet, add_process_set, remove_process_set,
+                               global_process_set)
 from kolo.torch.dtypes import Average, Sum, Min, Max, Product, Adasum, ReduceOp
 from kolo.torch.compression import Compression
 from kolo.torch.collectives import (
@@ -28,8 +30,6 @@ from . import process_group  # noqa: E402,F401
 
 # Horovod's exception for a failed collective; kolo raises kolo.KoloError.
 HorovodInternalError = KoloError
-# kolo has one communicator over all ranks: the only process set.
-global_process_set = None
 
 
 def mpi_threads_supported():

@@ -18,7 +18,8 @@ per-call cost of Function.apply is several microseconds).
 import torch
 
 from kolo import _C
-from kolo.basics import comm, error
+from kolo.basics import comm, error, rank
+from kolo.process_sets import follows_process_set, with_process_set
 from kolo.torch import collectives as col
 from kolo.torch.compression import Compression
 from kolo.torch.dtypes import Average, Sum, op_code
@@ -44,6 +45,7 @@ def _grad_op(what, op):
     return code
 
 
+@follows_process_set
 class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, op, prescale, postscale, name):
@@ -57,6 +59,7 @@ class _Allreduce(torch.autograd.Function):
         return g, None, None, None, None
 
 
+@with_process_set
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """A new tensor: the reduction of tensor over all ranks (differentiable)."""
@@ -65,6 +68,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
                               prescale_factor, postscale_factor, name)
 
 
+@with_process_set
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """allreduce of each tensor of a list (differentiable); returns the list."""
@@ -79,6 +83,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
             for t in tensors]
 
 
+@follows_process_set
 class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
@@ -95,6 +100,7 @@ class _Allgather(torch.autograd.Function):
         return (g.reshape(()) if ctx.scalar else g), None
 
 
+@with_process_set
 def allgather(tensor, name=None, process_set=None):
     """Concatenation over ranks along dim 0 (first dimensions may differ; differentiable)."""
     if _needs_grad(tensor):
@@ -102,10 +108,12 @@ def allgather(tensor, name=None, process_set=None):
     return col.allgather_nograd(tensor, name)
 
 
+@with_process_set
 def grouped_allgather(tensors, name=None, process_set=None):
     return [allgather(t, name) for t in tensors]
 
 
+@follows_process_set
 class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name):
@@ -115,11 +123,12 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         g = col.allreduce_nograd(grad.contiguous(), Sum, what="broadcast backward")
-        if comm().rank() != ctx.root:
+        if rank() != ctx.root:  # root_rank is a global rank, also in a process set
             g.zero_()
         return g, None, None
 
 
+@with_process_set
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """A new tensor holding root_rank's tensor (differentiable)."""
     if _needs_grad(tensor):
@@ -127,6 +136,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
     return col.broadcast_nograd(tensor, root_rank, name)
 
 
+@follows_process_set
 class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name):
@@ -141,6 +151,7 @@ class _Alltoall(torch.autograd.Function):
         return g, None, None
 
 
+@with_process_set
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Rows splits[j] go to rank j (equal parts when splits is None).
 
@@ -153,6 +164,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     return out if splits is None else (out, received)
 
 
+@follows_process_set
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, op, prescale, postscale, name):
@@ -167,6 +179,7 @@ class _Reducescatter(torch.autograd.Function):
         return (g * scale if scale != 1 else g), None, None, None, None
 
 
+@with_process_set
 def reducescatter(tensor, name=None, compression=None, op=Average, prescale_factor=1.0,
                   postscale_factor=1.0, process_set=None):
     """Reduces over ranks and keeps this rank's rows of dim 0 (lower ranks get
@@ -175,6 +188,7 @@ def reducescatter(tensor, name=None, compression=None, op=Average, prescale_fact
                               prescale_factor, postscale_factor, name)
 
 
+@with_process_set
 def grouped_reducescatter(tensors, name=None, compression=None, op=Average, prescale_factor=1.0,
                           postscale_factor=1.0, process_set=None):
     return [reducescatter(t, name, compression, op, prescale_factor, postscale_factor)

@@ -14,6 +14,7 @@ import torch
 
 from kolo import _C, handles
 from kolo.basics import comm, error
+from kolo.process_sets import root_in_scope, with_process_set
 from kolo.torch import dtypes
 from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, reduce_plan
 
@@ -76,6 +77,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
     return handles.add(c.allreduce_async(*args), (tensor, src, dst, output), finish)
 
 
+@with_process_set
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None):
     op = resolve_op("allreduce_async", average, op)
@@ -83,6 +85,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                             prescale_factor, postscale_factor, name, False)
 
 
+@with_process_set
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
     op = resolve_op("allreduce_async_", average, op)
@@ -90,6 +93,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                             postscale_factor, name, False)
 
 
+@with_process_set
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None):
     op = resolve_op("allreduce_", average, op)
@@ -103,6 +107,7 @@ def allreduce_nograd(tensor, op, prescale_factor=1.0, postscale_factor=1.0, name
                             postscale_factor, name, True)
 
 
+@with_process_set
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=None):
     """One handle for a list of tensors; synchronize() returns the list."""
@@ -111,6 +116,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                      for t in tensors])
 
 
+@with_process_set
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
     op = resolve_op("grouped_allreduce_async_", average, op)
@@ -118,6 +124,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                      for t in tensors])
 
 
+@with_process_set
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=None):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
@@ -210,6 +217,7 @@ def _row_units(t):
     return n * (1 if t.dtype in dtypes._NATIVE else t.element_size())
 
 
+@with_process_set
 def allgather_async(tensor, name=None, process_set=None):
     return _allgather_start("allgather_async", tensor, name, False)
 
@@ -218,6 +226,7 @@ def allgather_nograd(tensor, name=None):
     return _allgather_start("allgather", tensor, name, True)
 
 
+@with_process_set
 def grouped_allgather_async(tensors, name=None, process_set=None):
     return _grouped([allgather_async(t, name) for t in tensors])
 
@@ -229,22 +238,25 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
         output.copy_(tensor)
     dt, n = move_code(output)
     c = comm()
-    args = (output.data_ptr(), n, dt, int(root_rank))
+    args = (output.data_ptr(), n, dt, root_in_scope(root_rank, what))
     if blocking:
         c.broadcast(*args)
         return output
     return handles.add(c.broadcast_async(*args), (tensor, output), lambda: output)
 
 
+@with_process_set
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     return _broadcast_start("broadcast_async", tensor, torch.empty_like(tensor), root_rank, name,
                             False)
 
 
+@with_process_set
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     return _broadcast_start("broadcast_async_", tensor, tensor, root_rank, name, False)
 
 
+@with_process_set
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     return _broadcast_start("broadcast_", tensor, tensor, root_rank, name, True)
 
@@ -312,6 +324,7 @@ def _alltoall_start(what, tensor, splits, name, blocking):
     return handles.add(c.alltoall_async(*args), (t, send, out), finish)
 
 
+@with_process_set
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """synchronize() returns (output, received_splits)."""
     return _alltoall_start("alltoall_async", tensor, splits, name, False)
@@ -367,6 +380,7 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
     return handles.add(c.reduce_scatter_async(*args), (tensor, src, out), finish)
 
 
+@with_process_set
 def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                         process_set=None):
     return _reducescatter_start("reducescatter_async", tensor, op, prescale_factor,
@@ -378,6 +392,7 @@ def reducescatter_nograd(tensor, op=Average, prescale_factor=1.0, postscale_fact
                                 name, True)
 
 
+@with_process_set
 def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0,
                                 postscale_factor=1.0, process_set=None):
     return _grouped([reducescatter_async(t, name, op, prescale_factor, postscale_factor)
@@ -385,6 +400,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
 
 
 # ---- the rest ----------------------------------------------------------------------
+@with_process_set
 def barrier(process_set=None):
     comm().barrier()
 

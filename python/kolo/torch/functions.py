@@ -6,7 +6,8 @@ import zlib
 import torch
 
 from kolo import _C
-from kolo.basics import comm, error
+from kolo.basics import comm, error, rank
+from kolo.process_sets import root_in_scope, with_process_set
 from kolo.torch.dtypes import check_tensor, move_code
 
 
@@ -30,6 +31,7 @@ def _check_same_everywhere(what, description):
                                "differ from rank 0"))
 
 
+@with_process_set
 def broadcast_parameters(params, root_rank=0, process_set=None):
     """Copies root_rank's parameters (a state_dict, named_parameters(), or a
     list of tensors or (name, tensor) pairs) into every rank's, in place.
@@ -52,27 +54,30 @@ def broadcast_parameters(params, root_rank=0, process_set=None):
         with torch.no_grad():
             flat = torch.cat([p.detach().reshape(-1) for p in ps]) if ps else None
             dt, count = move_code(flat)
-            c.broadcast(flat.data_ptr(), count, dt, int(root_rank))
-            if c.rank() != root_rank:
+            c.broadcast(flat.data_ptr(), count, dt, root_in_scope(root_rank, what))
+            if rank() != root_rank:
                 offset = 0
                 for p in ps:
                     p.detach().copy_(flat[offset:offset + p.numel()].view_as(p))
                     offset += p.numel()
 
 
+@with_process_set
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """root_rank's object (pickled) on every rank."""
     c = comm()
-    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if c.rank() == root_rank else b""
+    root = root_in_scope(root_rank, "broadcast_object")
+    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if c.rank() == root else b""
     length = _i64([len(payload)])
-    c.broadcast(length.data_ptr(), 1, _C.I64, int(root_rank))
+    c.broadcast(length.data_ptr(), 1, _C.I64, root)
     buf = torch.empty(int(length[0]), dtype=torch.uint8)
-    if c.rank() == root_rank:
+    if c.rank() == root:
         buf = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else buf
-    c.broadcast(buf.data_ptr(), buf.numel(), _C.U8, int(root_rank))
-    return obj if c.rank() == root_rank else pickle.loads(buf.numpy().tobytes())
+    c.broadcast(buf.data_ptr(), buf.numel(), _C.U8, root)
+    return obj if c.rank() == root else pickle.loads(buf.numpy().tobytes())
 
 
+@with_process_set
 def allgather_object(obj, name=None, process_set=None):
     """The list of every rank's object, in rank order."""
     c = comm()
@@ -91,13 +96,13 @@ def allgather_object(obj, name=None, process_set=None):
     return objs
 
 
+@with_process_set
 def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
     """Every rank gets root_rank's optimizer state and hyper-parameters.
 
     The whole state_dict travels as one pickled object, so any optimizer and
     any state (momentum buffers, step counters, lr) works, whether or not
     the other ranks have stepped yet."""
-    c = comm()
-    state = broadcast_object(optimizer.state_dict() if c.rank() == root_rank else None, root_rank)
-    if c.rank() != root_rank:
+    state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None, root_rank)
+    if rank() != root_rank:
         optimizer.load_state_dict(state)

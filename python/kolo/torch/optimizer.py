@@ -35,6 +35,7 @@ import torch
 
 from kolo import _C
 from kolo.basics import comm, error
+from kolo.process_sets import communicator, with_process_set
 from kolo.torch import dtypes
 from kolo.torch.compression import Compression
 from kolo.torch.dtypes import Average
@@ -89,10 +90,17 @@ def make_buckets(params, compression):
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
-                 op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False):
+                 op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
+                 process_set=None):
         super(self.__class__, self).__init__(params)
         what = "DistributedOptimizer"
         self._what = what
+        self._process_set = process_set
+        # As in Horovod, on a rank outside the process set this is the plain
+        # optimizer: no hooks, nothing reduced, step() applies the local gradients.
+        self._included = process_set is None or bool(process_set.included())
+        if self._included:
+            self._comm()  # an unregistered set: the error now, not at the first step
         code = dtypes.op_code(what, op)
         if code not in (_C.SUM, _C.AVERAGE):
             raise ValueError(error(what, f"op {op!r} is not supported (Average or Sum)"))
@@ -125,9 +133,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._reset_round()
         self._grad_accs = []
-        self._register_hooks()
+        if self._included:
+            self._register_hooks()
         global _latest
         _latest = weakref.ref(self)
+
+    def _comm(self):
+        """The communicator of the optimizer's process set (the global one by default)."""
+        return communicator(self._process_set, self._what)
 
     # ---- set-up ------------------------------------------------------------------
     def _name_parameters(self, named_parameters, all_params):
@@ -176,7 +189,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _start_round(self, active):
         self._flag[0] = 1 if active else 0
         ptr = self._flag.data_ptr()
-        self._flag_work = comm().allreduce_async(ptr, ptr, 1, _C.I32, _C.SUM)
+        self._flag_work = self._comm().allreduce_async(ptr, ptr, 1, _C.I32, _C.SUM)
 
     def _issue_ready(self):
         while self._next < len(self._buckets) and all(
@@ -202,7 +215,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._fill(b)
             b.target = b.buffer
         ptr = b.target.data_ptr()
-        b.work = comm().allreduce_async(ptr, ptr, b.buffer.numel(), b.code, self._wire_op)
+        b.work = self._comm().allreduce_async(ptr, ptr, b.buffer.numel(), b.code, self._wire_op)
 
     def _fill(self, b):
         """Copies the bucket's gradients (zeros for those that never arrived) into its buffer."""
@@ -223,6 +236,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Finishes this step's allreduces and writes the results to p.grad."""
+        if not self._included:
+            self._synchronized = True
+            return
         for p in self._params:
             self._ready.add(p)  # a gradient that never arrived counts as zeros
         self._issue_ready()
@@ -245,7 +261,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._average:
             scale = 1.0
         elif self._wire_op == _C.AVERAGE:
-            scale = comm().size() / active
+            scale = self._comm().size() / active
         else:
             scale = self._predivide / active
         with torch.no_grad():
@@ -268,7 +284,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for b in self._buckets:
                 b.buffer.zero_()
                 ptr = b.buffer.data_ptr()
-                comm().allreduce(ptr, ptr, b.buffer.numel(), b.code, self._wire_op)
+                self._comm().allreduce(ptr, ptr, b.buffer.numel(), b.code, self._wire_op)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -307,18 +323,24 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, sparse_as_dense)
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)
 
 
-def join(device=-1):
+@with_process_set
+def join(device=-1, process_set=None):
     """Takes part, with zeros, in the other ranks' DistributedOptimizer steps
-    until every rank has joined; returns the rank that joined last.
+    until every rank has joined; returns the (global) rank that joined last.
 
     Only DistributedOptimizer steps can be mirrored: an active rank that
     issues another collective while a rank waits in join() gets kolo's
-    mismatch error (on every rank), never a hang."""
+    mismatch error (on every rank), never a hang. process_set (a kolo
+    extension: Horovod's join has none) joins the ranks of that set, whose
+    optimizer is then the one mirrored."""
     c = comm()
     opt = latest_optimizer()
+    if opt is not None and (not opt._included or opt._comm() is not c):
+        raise RuntimeError(error("join", "the latest DistributedOptimizer runs on another process set "
+                                 "than this join()"))
     flag = torch.zeros(1, dtype=torch.int32)
     while True:
         flag.zero_()
@@ -333,4 +355,4 @@ def join(device=-1):
     every = torch.empty(c.size(), dtype=torch.int64)
     c.allgather(rounds.data_ptr(), every.data_ptr(), 1, _C.I64)
     most = int(every.max())
-    return max(r for r, n in enumerate(every.tolist()) if n == most)
+    return c.world_ranks()[max(r for r, n in enumerate(every.tolist()) if n == most)]

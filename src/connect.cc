@@ -1,0 +1,60 @@
+#include "connect.h"
+
+#include <algorithm>
+#include <string>
+
+#include "collectives/backend.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "rendezvous/hosts.h"
+#include "transport/nic.h"
+
+namespace kolo::detail {
+
+void connect(Context& c) {
+  auto& store = *c.store;
+  const std::string& prefix = c.prefix;
+  const rdv::HostMap hosts = rdv::map_hosts(store, prefix, c.job_id, c.rank, c.size, store.local_address());
+  const int host = hosts.host_of[c.rank];
+  const auto& mine = hosts.ranks[host];
+  c.local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), c.rank) - mine.begin());
+  c.local_size = static_cast<int>(mine.size());
+
+  const bool one_host = hosts.hosts() == 1;
+  int most_local = 0;
+  for (const auto& r : hosts.ranks) most_local = std::max(most_local, static_cast<int>(r.size()));
+  const std::string want = config::transport();
+  enum { Shm, Tcp, Hier } kind = Tcp;
+  if (want == "auto") {
+    // One rank per host: the hierarchy would add nothing to the flat mesh.
+    kind = one_host ? Shm : (config::hierarchical() && most_local > 1 ? Hier : Tcp);
+  } else if (want == "shm") {
+    if (!one_host)
+      fail("KOLO_TRANSPORT=shm needs every rank on one host, but they are on {} hosts ({} of {} ranks on this one, {})",
+           hosts.hosts(), c.local_size, c.size, hosts.names[host]);
+    kind = Shm;
+  } else if (want != "tcp") {
+    fail("KOLO_TRANSPORT={} is not a transport (auto, shm, tcp)", want);
+  }
+  if (kind == Shm) {
+    c.backend = collectives::make_shm_backend(store, prefix, c.job_id, c.rank, c.size,
+                                              transport::Members{{}, {}, c.world});
+  } else {
+    const std::string address = transport::choose_address(hosts.routes, c.rank, hosts.names[host]);
+    if (kind == Hier) {
+      c.backend = collectives::make_hier_backend(store, prefix, c.job_id, c.rank, hosts, address, c.world);
+    } else {
+      transport::Members members{{}, {}, c.world};
+      if (!one_host)
+        for (int q = 0; q < c.size; ++q) members.hosts.push_back(hosts.host_name_of(q));
+      c.backend = collectives::make_tcp_backend(store, prefix, c.rank, c.size, address, std::move(members));
+    }
+  }
+  rdv::store_barrier(store, prefix + "/ready", c.rank, c.size);
+  log(LogLevel::Info, "{}{} of {} on host {} ({} of {} hosts, {} local ranks), transport {}, launcher {}",
+      c.world ? "subgroup " : "", c.name(c.rank), c.size, hosts.names[host], host + 1, hosts.hosts(),
+      c.local_size, c.backend->name(), c.launcher);
+}
+
+}  // namespace kolo::detail
