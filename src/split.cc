@@ -5,7 +5,8 @@
 // every rank then sees the same table and reaches the same verdict. The
 // members of each group connect through their own store connection under a
 // key space of their own (<parent>/split<n>/<color>), as init() connects the
-// world (connect.h).
+// world (connect.h). Communicator::group forms the same kind of communicator
+// on its members alone, under a name they agree on (torch's new_group).
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -83,7 +84,32 @@ Communicator Communicator::split_as(int color, int key, const std::vector<int>* 
   for (int q = 0; q < p.size; ++q)
     if (all[q].color == mine.color) members.push_back(q);
   std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[a].key < all[b].key; });
+  return form(members, fmt::format("{}/split{}/{}", p.prefix, n, mine.color));
+}
 
+Communicator Communicator::group(const std::vector<int>& ranks, const std::string& name) {
+  if (!ctx_) fail("this Communicator is not initialised; create it with kolo::init()");
+  detail::Context& p = *ctx_;
+  check_list(p, ranks);
+  if (std::find(ranks.begin(), ranks.end(), p.rank) == ranks.end())
+    fail("group '{}': {} (this rank) is not in the list of ranks; only the listed ranks call group()", name,
+         p.name(p.rank));
+  if (name.empty() || name.find('/') != std::string::npos)
+    fail("group: the name '{}' must be non-empty and hold no '/'", name);
+  Communicator sub = form(ranks, fmt::format("{}/group/{}", p.prefix, name));
+  // The members met under the name; they must also agree on the list.
+  const std::int64_t mine = list_digest(ranks);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(sub.size()));
+  sub.allgather(&mine, all.data(), 1, DType::I64);
+  for (int q = 0; q < sub.size(); ++q)
+    if (all[q] != mine)
+      fail("group '{}': {} passed another list of ranks than {} (this rank): every member must pass the same list",
+           name, sub.ctx_->name(q), sub.ctx_->name(sub.rank()));
+  return sub;
+}
+
+Communicator Communicator::form(const std::vector<int>& members, const std::string& prefix) {
+  detail::Context& p = *ctx_;
   auto c = std::make_shared<detail::Context>();
   c->parent = ctx_;
   c->size = static_cast<int>(members.size());
@@ -96,7 +122,7 @@ Communicator Communicator::split_as(int color, int key, const std::vector<int>* 
   if (c->size == 1) {
     c->backend = collectives::make_self_backend();
   } else {
-    c->prefix = fmt::format("{}/split{}/{}", p.prefix, n, mine.color);
+    c->prefix = prefix;
     c->store = p.store->connect_again(rdv::Millis(config::rendezvous_timeout_ms()),
                                       auth::Identity{c->world_rank(c->rank), 0, -1});
     detail::connect(*c);

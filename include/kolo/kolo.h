@@ -145,6 +145,13 @@ class Communicator {
   // not in it, which get an invalid Communicator; a rank passing another list
   // is an error on every rank.
   Communicator subgroup(const std::vector<int>& ranks);
+  // The listed ranks, in the list's order, called by THOSE RANKS ONLY (not
+  // collective over this communicator: the others never take part, as
+  // torch.distributed's new_group creates a group on its members alone).
+  // `name` tells this group's store keys from every other group's: the
+  // members pass the same name, and no other group of this communicator may
+  // have had it. The members check that they passed the same list.
+  Communicator group(const std::vector<int>& ranks, const std::string& name);
   // The world rank (kolo::init()'s communicator) of each rank of this one.
   std::vector<int> world_ranks() const;
 
@@ -203,6 +210,9 @@ class Communicator {
   void check_blocks(const char* what, const char* which, std::size_t have) const;
   // split() and subgroup(); `list`: subgroup's list (checked equal on every rank).
   Communicator split_as(int color, int key, const std::vector<int>* list);
+  // The communicator of `members` (ranks of this one, in order), this rank
+  // among them, under the store key space `prefix`.
+  Communicator form(const std::vector<int>& members, const std::string& prefix);
   friend Communicator init();
   std::shared_ptr<detail::Context> ctx_;
 };

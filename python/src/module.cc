@@ -36,6 +36,9 @@
 //     subgroup(ranks: list[int]) -> Communicator   the listed ranks, in list order;
 //                                           every rank passes the same list, ranks
 //                                           not in it get an invalid Communicator
+//     group(ranks: list[int], name) -> Communicator   the listed ranks, called by
+//                                           them only, under a name they share
+//                                           (torch's new_group)
 //     world_ranks() -> list[int]            init()'s rank of each rank
 //   class Work:  wait() (rethrows the collective's error), test() -> bool, valid()
 //
@@ -174,5 +177,6 @@ PYBIND11_MODULE(_C, m) {
       .def("barrier_async", &C::barrier_async, Release())
       .def("split", &C::split, py::arg("color"), py::arg("key") = 0, Release())
       .def("subgroup", &C::subgroup, py::arg("ranks"), Release())
+      .def("group", &C::group, py::arg("ranks"), py::arg("name"), Release())
       .def("world_ranks", &C::world_ranks);
 }

@@ -30,6 +30,11 @@ def test_both_op_names_and_object_collectives(np, transport):
     assert_ok(run(np, "process_group_worker.py", "names,objects", transport=transport), np, "process_group")
 
 
+@pytest.mark.parametrize("np,transport", [(3, "shm"), (4, "tcp")])
+def test_new_group_subgroups(np, transport):
+    assert_ok(run(np, "process_group_worker.py", "subgroups", transport=transport), np, "process_group")
+
+
 @pytest.mark.skipif("device_id" not in inspect.signature(dist.init_process_group).parameters,
                     reason=f"torch {torch.__version__}'s init_process_group has no device_id")
 def test_device_id():

@@ -50,9 +50,13 @@ group is registered for the CPU device (``devices=["cpu"]``) and answers
 device_id=torch.device("cpu:0"))`` works; it does not offer communicator
 splitting to torch.
 
-Limits: groups of all ranks only (``new_group`` of a subset is an error naming
-both sizes); one tensor per call (the per-GPU tensor lists of other backends
-are an error); timeouts are kolo's (KOLO_TIMEOUT_MS), not ``timeout=``.
+Subgroups: ``new_group(ranks)`` (and torch's ``new_subgroups``, ``split_group``
+over it) makes a kolo group of those ranks (``Communicator.group``), formed by
+the members alone as torch runs the creator on members only; shared memory
+where they share a host, TCP or the hierarchy otherwise.
+
+Limits: one tensor per call (the per-GPU tensor lists of other backends are an
+error); timeouts are kolo's (KOLO_TIMEOUT_MS), not ``timeout=``.
 """
 import inspect
 import math
@@ -508,13 +512,24 @@ for _older, _name in _OLDER_NAMES.items():
     setattr(ProcessGroupKolo, _older, getattr(ProcessGroupKolo, _name))
 
 
+_default_groups = 0  # default groups this process has created (see _create)
+
+
 def _create(opts, backend_options=None):
     """The creator, with torch's extended API (torch 1.13 and 2.x): opts has the
     store, rank and size, the group's global ranks and (2.x) torch's own group,
     whose device binding (init_process_group's device_id) this group takes over
     since torch uses the returned group in its place."""
-    pg = ProcessGroupKolo(communicator_for(opts.store, opts.group_rank, opts.group_size),
-                          opts.group_rank, opts.group_size)
+    global _default_groups
+    ranks = list(opts.global_ranks_in_group)
+    if not ranks:
+        _default_groups += 1
+    # torch's group names start again after destroy_process_group; kolo's
+    # communicator lives on, so a group's key space also names the default
+    # group it belongs to (every rank creates that one: the count agrees).
+    name = f"{_default_groups}.{opts.group_id}".replace("/", "_")
+    comm = communicator_for(opts.store, opts.group_rank, opts.group_size, ranks, name)
+    pg = ProcessGroupKolo(comm, opts.group_rank, opts.group_size)
     bound = getattr(getattr(opts, "process_group", None), "bound_device_id", None)
     if bound is not None:
         pg.bound_device_id = bound

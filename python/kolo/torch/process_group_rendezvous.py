@@ -91,19 +91,26 @@ def _init_through_torch_store(store, rank, size):
         basics.init()
 
 
-def communicator_for(store, rank, size):
-    """kolo's communicator for a torch group of this rank and size (initialises kolo if needed)."""
+def communicator_for(store, rank, size, global_ranks=(), name=""):
+    """kolo's communicator for a torch group of this rank and size (initialises
+    kolo if needed). global_ranks: the group's world ranks when it is a
+    subgroup (torch's new_group, whose creator only its members run): a kolo
+    group over them, formed by the members alone under torch's group name."""
     if not basics.is_initialized():
+        if global_ranks:
+            raise RuntimeError(f"kolo: a subgroup of ranks {list(global_ranks)} was requested before the "
+                               "default group: call init_process_group('kolo') first")
         if _kolo_knows_its_store():
             basics.init()
         else:
             _init_through_torch_store(store, rank, size)
-    comm = basics.comm()
+    comm = basics.comm_of_world()
+    if global_ranks and list(global_ranks) != list(range(comm.size())):
+        comm = comm.group(list(global_ranks), f"torch.{name}")
     if comm.size() != size:
         raise RuntimeError(
             f"kolo rank {comm.rank()}: a process group of {size} ranks was requested, but kolo's "
-            f"communicator has {comm.size()}: the kolo backend supports groups of all ranks only "
-            "(no subgroups)")
+            f"communicator has {comm.size()}")
     if comm.rank() != rank:
         raise RuntimeError(
             f"kolo rank {comm.rank()}: torch gives this process rank {rank}, kolo rank "

@@ -16,6 +16,9 @@
           group, and their coalesced forms, against references
   objects torch's object collectives (pickled objects over the group's ops)
   device  init_process_group("kolo", device_id=cpu:0) (torch >= 2.3), then ops
+  subgroups  new_group over subsets (N >= 3): the even and the odd ranks at
+          once, a pair {0, N-1} that rank 1 is outside of, results against
+          references, then (last) a mismatch inside a group, named there
 
 Started by kolorun (no MASTER_* variables), launch_torch.sh (env://) or mpirun.
 """
@@ -396,9 +399,41 @@ def mode_device():
     check(t.eq(N * (N + 1) / 2).all(), "all_reduce on a group bound to cpu:0")
 
 
+def mode_subgroups():
+    check(N >= 3, "subgroups needs 3 ranks or more")
+    evens, odds = dist.new_group(list(range(0, N, 2))), dist.new_group(list(range(1, N, 2)))
+    pair = dist.new_group([0, N - 1])
+    mine = evens if R % 2 == 0 else odds
+    members = list(range(R % 2, N, 2))
+    check(dist.get_process_group_ranks(mine) == members and dist.get_rank(mine) == members.index(R),
+          f"group ranks {dist.get_process_group_ranks(mine)}")
+    for step in range(3):  # the two groups run at the same time
+        t = torch.full((1001,), float(R + step))
+        dist.all_reduce(t, group=mine)
+        check(t.eq(sum(r + step for r in members)).all(), f"all_reduce on ranks {members}: {t[:3].tolist()}")
+        out = torch.empty(len(members) * 2, dtype=torch.int64)
+        dist.all_gather_into_tensor(out, torch.tensor([R, step]), group=mine)
+        check(out.tolist() == [v for r in members for v in (r, step)], f"all_gather on ranks {members}")
+    if R in (0, N - 1):  # rank 1 is outside: never blocked by the pair's collectives
+        for root in (0, N - 1):
+            b = torch.tensor([float(R), 7.0])
+            dist.broadcast(b, root, group=pair)
+            check(b.tolist() == [float(root), 7.0], f"broadcast in the pair from {root}: {b.tolist()}")
+    w = torch.ones(2)
+    dist.all_reduce(w)
+    check(w.eq(N).all(), "the world after the subgroups")
+    if R % 2 == 0:  # last: a mismatch inside the even ranks' group names its ranks
+        def mismatch():
+            if R == 0:
+                dist.all_reduce(torch.ones(5), group=evens)
+            else:
+                dist.broadcast(torch.ones(5), 0, group=evens)
+        expect_error("mismatch in a subgroup", mismatch, "mismatched collectives", "world rank")
+
+
 for mode in MODES:
     {"ops": mode_ops, "ddp": mode_ddp, "errors": mode_errors, "kill": mode_kill, "init": mode_init,
-     "names": mode_names, "objects": mode_objects, "device": mode_device}[mode]()
+     "names": mode_names, "objects": mode_objects, "device": mode_device, "subgroups": mode_subgroups}[mode]()
 # torch's documented shutdown. Without it the gloo group of mode_ddp is torn
 # down during interpreter exit, where its worker threads can end the process
 # with "terminate called without an active exception" (SIGABRT; seen in CI at
