@@ -56,6 +56,11 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How every kolo message starts: "kolo rank R: " (R: this process's rank in
+// its last init()), "kolo: " before init(). For libraries over kolo
+// (kolo_torch) whose own errors should name the rank the same way.
+std::string rank_prefix();
+
 namespace detail {
 struct WorkState;
 struct Context;
