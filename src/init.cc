@@ -43,6 +43,8 @@ Communicator init() {
     while (hosts.ranks[host][local_rank] != d.rank) ++local_rank;
     ctx->local_rank = local_rank;
     ctx->local_size = local_size;
+    ctx->cross_rank = host;
+    ctx->cross_size = hosts.hosts();
 
     const bool one_host = hosts.hosts() == 1;
     int most_local = 0;

@@ -2,44 +2,15 @@
 
 One communicator per process, created by ``init()`` (collective over the
 job: kolorun, mpirun, srun or torchrun variables) and dropped by
-``shutdown()``. cross_rank/cross_size are derived at init from one allgather
-of a host identity (hostname, or KOLO_HOSTNAME, plus the kernel's boot id,
-as kolo's C++ init groups ranks into hosts): hosts are numbered in the order
-of their lowest rank.
+``shutdown()``. Which ranks share a host (local_rank, local_size, cross_rank,
+cross_size) is kolo's C++ init's answer (kolo.h), never decided here.
 """
 import atexit
 import os
-import socket
-import zlib
 
 from kolo import _C
 
 _comm = None
-_cross = (0, 1)  # (cross_rank, cross_size)
-
-
-def _host_identity():
-    host = os.environ.get("KOLO_HOSTNAME") or socket.gethostname()
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = ""
-    return f"{host}/{boot}"
-
-
-def _derive_cross(comm):
-    """Numbers the hosts: one allgather of a 63-bit digest of each rank's host."""
-    import ctypes
-    n = comm.size()
-    if n == 1:
-        return 0, 1
-    ident = _host_identity().encode()
-    mine = (ctypes.c_int64 * 1)((zlib.crc32(ident) << 31) ^ zlib.adler32(ident))
-    every = (ctypes.c_int64 * n)()
-    comm.allgather(ctypes.addressof(mine), ctypes.addressof(every), 1, _C.I64)
-    hosts = list(dict.fromkeys(every))  # in order of first (lowest) rank
-    return hosts.index(mine[0]), len(hosts)
 
 
 def init(comm=None, process_sets=None):
@@ -48,15 +19,13 @@ def init(comm=None, process_sets=None):
     Horovod's ``comm`` and ``process_sets`` arguments are accepted only with
     their defaults: kolo has one communicator over all ranks.
     """
-    global _comm, _cross
+    global _comm
     if comm is not None or process_sets is not None:
         raise ValueError("kolo: init(comm=..., process_sets=...) is not supported; "
                          "kolo uses one communicator over all ranks")
     if _comm is not None:
         return
-    c = _C.init()
-    _cross = _derive_cross(c)
-    _comm = c
+    _comm = _C.init()
     _line_buffered_under_kolorun()
 
 
@@ -73,8 +42,8 @@ def _line_buffered_under_kolorun():
 
 def shutdown():
     """Drops the communicator (after pending operations finish). init() may follow."""
-    global _comm, _cross
-    c, _comm, _cross = _comm, None, (0, 1)
+    global _comm
+    c, _comm = _comm, None
     if c is not None:
         from kolo import handles
         handles.drain()
@@ -113,18 +82,17 @@ def local_size():
 
 def cross_rank():
     """Index of this rank's host among the job's hosts (0 on one host)."""
-    comm()
-    return _cross[0]
+    return comm().cross_rank()
 
 
 def cross_size():
     """Number of hosts in the job."""
-    comm()
-    return _cross[1]
+    return comm().cross_size()
 
 
 def transport():
-    """"self", "shm" or "tcp"."""
+    """"self" (one rank), "shm" (one host), "tcp" (a flat TCP mesh) or "hier"
+    (several hosts: shared memory within each, TCP between them)."""
     return comm().transport()
 
 

@@ -12,7 +12,7 @@ std::int64_t env_int(const char* name, std::int64_t def);
 std::string env_str(const char* name, const std::string& def);
 
 // --- transport -------------------------------------------------------------
-// "auto" (shared memory between ranks of one host, TCP otherwise), "shm" or "tcp".
+// "auto" (shared memory on one host; across hosts hierarchical, see KOLO_HIERARCHICAL), "shm" or "tcp".
 inline std::string transport() { return env_str("KOLO_TRANSPORT", "auto"); }
 // Bytes per rank and pipeline stage of the shared-memory collectives: big
 // enough to amortise one flag synchronisation, small enough to stay in cache.
