@@ -13,6 +13,7 @@
 #include "engine/context.h"
 #include "rendezvous/discovery.h"
 #include "rendezvous/hosts.h"
+#include "rendezvous/settings_check.h"
 #include "transport/nic.h"
 
 namespace kolo {
@@ -45,6 +46,7 @@ Communicator init() {
     ctx->local_size = local_size;
     ctx->cross_rank = host;
     ctx->cross_size = hosts.hosts();
+    rdv::check_settings_agree(store, prefix, d.rank, d.size, hosts);
 
     const bool one_host = hosts.hosts() == 1;
     int most_local = 0;

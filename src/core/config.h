@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kolo::config {
 
@@ -70,6 +71,17 @@ inline std::int64_t rendezvous_timeout_ms() { return env_int("KOLO_RENDEZVOUS_TI
 // Compare every collective's fingerprint across ranks (mismatch detection).
 // Always on; 0 exists only to measure what the check costs (bench/results).
 inline bool verify_calls() { return env_int("KOLO_VERIFY_CALLS", 1) != 0; }
+
+// --- settings every rank of a job must share --------------------------------
+// Each tunable above whose disagreement between ranks breaks a collective (a
+// different transport, algorithm or chunking means mismatched messages: a hang
+// or a wrong result), as NAME and effective value (the default where unset).
+// init() compares them across ranks (rendezvous/settings_check.h).
+struct Setting {
+  const char* name;
+  std::string value;
+};
+std::vector<Setting> job_wide_settings();
 
 // --- diagnostics -----------------------------------------------------------
 inline std::string log_level() { return env_str("KOLO_LOG", "warn"); }

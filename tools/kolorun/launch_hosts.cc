@@ -132,7 +132,8 @@ int run_hosts(const Options& o) {
     spec.host = h.name;
     spec.cwd = cwd;
     spec.argv = o.command;
-    spec.env = o.env;
+    spec.env = kolo_settings();  // job-wide; -x after them, so an explicit -x wins
+    spec.env.insert(spec.env.end(), o.env.begin(), o.env.end());
     spec.grace_s = o.grace_s;
     // The agent waits longer than kolorun does: kolorun names the lost host
     // first, then the agent (if only its link was cut) ends its ranks.
