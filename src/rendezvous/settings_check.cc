@@ -51,11 +51,15 @@ std::string who(const std::vector<int>& ranks, const HostMap& hosts) {
 
 }  // namespace
 
+void publish_settings(StoreClient& store, const std::string& prefix, int rank) {
+  store.set(fmt::format("{}/settings/{}", prefix, rank), encode(config::job_wide_settings()));
+}
+
 void check_settings_agree(StoreClient& store, const std::string& prefix, int rank, int size,
                           const HostMap& hosts) {
   const Millis timeout(config::rendezvous_timeout_ms());
   const auto mine = config::job_wide_settings();
-  store.set(fmt::format("{}/settings/{}", prefix, rank), encode(mine));
+  publish_settings(store, prefix, rank);
   wait_for_ranks(store, prefix + "/settings", size, timeout);
   std::vector<std::map<std::string, std::string>> all(size);
   for (int q = 0; q < size; ++q) all[q] = decode(store.get(fmt::format("{}/settings/{}", prefix, q), timeout));

@@ -18,6 +18,10 @@
 
 namespace kolo::rdv {
 
+// Puts this process's settings in the store as rank `rank`'s (the first half
+// of check_settings_agree; tests that stand in for a rank call it too).
+void publish_settings(StoreClient& store, const std::string& prefix, int rank);
+
 // Every rank calls it with the same prefix, after map_hosts().
 void check_settings_agree(StoreClient& store, const std::string& prefix, int rank, int size,
                           const HostMap& hosts);
