@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+# Only what the job runs (kolorun and the trainer), not the tests: scripts/test.sh builds all.
+KOLO_BUILD_TARGETS=main-job scripts/build.sh
 BUILD=${KOLO_BUILD_DIR:-build}
 NP=${NP:-2}
 if [ -x "$BUILD/examples/fashion_mnist/fashion_mnist" ]; then

@@ -98,6 +98,8 @@ int Communicator::rank() const { return ctx_of(ctx_).rank; }
 int Communicator::size() const { return ctx_of(ctx_).size; }
 int Communicator::local_rank() const { return ctx_of(ctx_).local_rank; }
 int Communicator::local_size() const { return ctx_of(ctx_).local_size; }
+int Communicator::cross_rank() const { return ctx_of(ctx_).cross_rank; }
+int Communicator::cross_size() const { return ctx_of(ctx_).cross_size; }
 std::string Communicator::transport() const { return ctx_of(ctx_).backend->name(); }
 
 // ---- allreduce ----------------------------------------------------------------

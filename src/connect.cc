@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "rendezvous/hosts.h"
+#include "rendezvous/settings_check.h"
 #include "transport/nic.h"
 
 namespace kolo::detail {
@@ -20,6 +21,11 @@ void connect(Context& c) {
   const auto& mine = hosts.ranks[host];
   c.local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), c.rank) - mine.begin());
   c.local_size = static_cast<int>(mine.size());
+  c.cross_rank = host;
+  c.cross_size = hosts.hosts();
+  // The world's ranks compare their job-wide settings; a subgroup's ranks
+  // are ranks of a world that already agreed.
+  if (!c.parent) rdv::check_settings_agree(store, prefix, c.rank, c.size, hosts);
 
   const bool one_host = hosts.hosts() == 1;
   int most_local = 0;

@@ -365,7 +365,7 @@ int run(const Options& o) {
 
   auto save = [&](std::int64_t epoch, kolo::torch::SamplerState ss) {
     if (rank0 && !o.checkpoint.empty()) {
-      kolo::torch::TrainState st{epoch, step, ss};
+      kolo::torch::TrainState st{.epoch = epoch, .step = step, .sampler = ss, .scaler = std::nullopt};
       if (o.amp == "fp16") st.scaler = scaler.state();
       kolo::torch::save_checkpoint(o.checkpoint, *model, opt, st);
     }

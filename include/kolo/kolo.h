@@ -56,6 +56,11 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How every kolo message starts: "kolo rank R: " (R: this process's rank in
+// its last init()), "kolo: " before init(). For libraries over kolo
+// (kolo_torch) whose own errors should name the rank the same way.
+std::string rank_prefix();
+
 namespace detail {
 struct WorkState;
 struct Context;
@@ -85,9 +90,17 @@ class Communicator {
 
   int rank() const;
   int size() const;
+  // Ranks share a host when they can map one /dev/shm segment (same host name
+  // and kernel, and each sees the other's token there): kolo decides it at
+  // init(), whatever the launcher said; kolo.torch's local_rank() and
+  // cross_rank() are these.
   int local_rank() const;  // index among the ranks on this host
   int local_size() const;  // ranks on this host
-  // "self" (one rank), "shm" (all ranks on one host share memory) or "tcp".
+  int cross_rank() const;  // index of this rank's host; hosts numbered by their lowest rank
+  int cross_size() const;  // hosts in the job
+  // "self" (one rank), "shm" (all ranks on one host share memory), "tcp" (one
+  // TCP mesh of all ranks) or "hier" (ranks on several hosts: shared memory
+  // within a host, TCP between hosts; KOLO_HIERARCHICAL=0 makes it "tcp").
   std::string transport() const;
 
   // out[i] = in_0[i] op in_1[i] op ... ; in == out is in place.

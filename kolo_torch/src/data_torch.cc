@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "core/error.h"
 
 namespace kolo::data {
 
@@ -50,8 +49,9 @@ CacheDataset CacheDataset::open(const std::string& path, const OpenOptions& opti
   const Cache& c = *cache_;
   const auto elem = dtype_size(c.spec().dtype);
   if (c.size() > 0 && c.stride() == 0)
-    fail_as<Error>("cache '{}': its records differ in length, so they are not one tensor (use get(i))",
-                   c.path());
+    throw Error(rank_prefix() +
+                fmt::format("cache '{}': its records differ in length, so they are not one tensor (use get(i))",
+                            c.path()));
   std::vector<std::int64_t> sizes{static_cast<std::int64_t>(c.size())};
   std::vector<std::int64_t> inner = c.spec().shape;
   if (inner.empty()) inner = {c.size() ? static_cast<std::int64_t>(c.bytes(0) / elem) : 0};

@@ -16,7 +16,6 @@
 #include <fstream>
 
 #include "common.h"
-#include "core/error.h"  // rank_prefix() for the calls that take no communicator
 
 namespace kolo::torch {
 

@@ -2,21 +2,16 @@
 
 One communicator per process, created by ``init()`` (collective over the
 job: kolorun, mpirun, srun or torchrun variables) and dropped by
-``shutdown()``. cross_rank/cross_size are derived at init from one allgather
-of a host identity (hostname, or KOLO_HOSTNAME, plus the kernel's boot id,
-as kolo's C++ init groups ranks into hosts): hosts are numbered in the order
-of their lowest rank.
+``shutdown()``. Which ranks share a host (local_rank, local_size, cross_rank,
+cross_size) is kolo's C++ init's answer (kolo.h), never decided here.
 """
 import atexit
 import os
-import socket
 import threading
-import zlib
 
 from kolo import _C
 
 _comm = None
-_cross = (0, 1)  # (cross_rank, cross_size)
 
 
 class _Scope(threading.local):
@@ -29,30 +24,6 @@ class _Scope(threading.local):
 scope = _Scope()
 
 
-def _host_identity():
-    host = os.environ.get("KOLO_HOSTNAME") or socket.gethostname()
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = ""
-    return f"{host}/{boot}"
-
-
-def _derive_cross(comm):
-    """Numbers the hosts: one allgather of a 63-bit digest of each rank's host."""
-    import ctypes
-    n = comm.size()
-    if n == 1:
-        return 0, 1
-    ident = _host_identity().encode()
-    mine = (ctypes.c_int64 * 1)((zlib.crc32(ident) << 31) ^ zlib.adler32(ident))
-    every = (ctypes.c_int64 * n)()
-    comm.allgather(ctypes.addressof(mine), ctypes.addressof(every), 1, _C.I64)
-    hosts = list(dict.fromkeys(every))  # in order of first (lowest) rank
-    return hosts.index(mine[0]), len(hosts)
-
-
 def init(comm=None, process_sets=None):
     """Joins the job (collective). Calling it again while initialised does nothing.
 
@@ -60,15 +31,13 @@ def init(comm=None, process_sets=None):
     passes the same list; kolo/process_sets.py). Horovod's ``comm`` (an MPI
     communicator) is accepted only as None.
     """
-    global _comm, _cross
+    global _comm
     if comm is not None:
         raise ValueError("kolo: init(comm=...) is not supported; kolo's communicator spans all "
                          "ranks of the job (use process_sets= for subsets)")
     if _comm is not None:
         return
-    c = _C.init()
-    _cross = _derive_cross(c)
-    _comm = c
+    _comm = _C.init()
     from kolo import process_sets as sets
     sets.init_process_sets(process_sets)
     _line_buffered_under_kolorun()
@@ -87,8 +56,8 @@ def _line_buffered_under_kolorun():
 
 def shutdown():
     """Drops the communicator (after pending operations finish). init() may follow."""
-    global _comm, _cross
-    c, _comm, _cross = _comm, None, (0, 1)
+    global _comm
+    c, _comm = _comm, None
     if c is not None:
         from kolo import handles, process_sets
         handles.drain()
@@ -134,18 +103,17 @@ def local_size():
 
 def cross_rank():
     """Index of this rank's host among the job's hosts (0 on one host)."""
-    comm_of_world()
-    return _cross[0]
+    return comm_of_world().cross_rank()
 
 
 def cross_size():
     """Number of hosts in the job."""
-    comm_of_world()
-    return _cross[1]
+    return comm_of_world().cross_size()
 
 
 def transport():
-    """"self", "shm" or "tcp"."""
+    """"self" (one rank), "shm" (one host), "tcp" (a flat TCP mesh) or "hier"
+    (several hosts: shared memory within each, TCP between them)."""
     return comm_of_world().transport()
 
 

@@ -19,7 +19,9 @@
 //   op_supported(dtype, op) -> bool         (AVERAGE only on floating types)
 //
 //   class Communicator:
-//     rank() size() local_rank() local_size() -> int;  transport() -> "self"|"shm"|"tcp"
+//     rank() size() local_rank() local_size() cross_rank() cross_size() -> int
+//                                 (cross: this rank's host, number of hosts; kolo.h)
+//     transport() -> "self"|"shm"|"tcp"|"hier"
 //     valid() -> bool;  close()  (drops this handle's reference; the engine
 //                                 stops once no Work or copy holds it)
 //     allreduce(in_ptr, out_ptr, count, dtype, op)        in_ptr == out_ptr: in place
@@ -125,6 +127,8 @@ PYBIND11_MODULE(_C, m) {
       .def("size", &C::size)
       .def("local_rank", &C::local_rank)
       .def("local_size", &C::local_size)
+      .def("cross_rank", &C::cross_rank)
+      .def("cross_size", &C::cross_size)
       .def("transport", &C::transport)
       .def("valid", &C::valid)
       .def("close", [](C& c) { c = C(); }, Release())

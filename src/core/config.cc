@@ -34,4 +34,18 @@ PortRange port_range() {
   return r;
 }
 
+std::vector<Setting> job_wide_settings() {
+  auto num = [](std::int64_t v) { return std::to_string(v); };
+  return {
+      {"KOLO_TRANSPORT", transport()},
+      {"KOLO_HIERARCHICAL", hierarchical() ? "1" : "0"},
+      {"KOLO_SHM_CHUNK", num(shm_chunk_bytes())},
+      {"KOLO_RING_SEGMENT", num(ring_segment_bytes())},
+      {"KOLO_HIER_SEGMENT", num(hier_segment_bytes())},
+      {"KOLO_ALLREDUCE_SMALL", num(allreduce_small_bytes())},
+      {"KOLO_ALLREDUCE_ALGO", allreduce_algo()},
+      {"KOLO_VERIFY_CALLS", verify_calls() ? "1" : "0"},
+  };
+}
+
 }  // namespace kolo::config

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kolo::config {
 
@@ -12,7 +13,7 @@ std::int64_t env_int(const char* name, std::int64_t def);
 std::string env_str(const char* name, const std::string& def);
 
 // --- transport -------------------------------------------------------------
-// "auto" (shared memory between ranks of one host, TCP otherwise), "shm" or "tcp".
+// "auto" (shared memory on one host; across hosts hierarchical, see KOLO_HIERARCHICAL), "shm" or "tcp".
 inline std::string transport() { return env_str("KOLO_TRANSPORT", "auto"); }
 // Bytes per rank and pipeline stage of the shared-memory collectives: big
 // enough to amortise one flag synchronisation, small enough to stay in cache.
@@ -70,6 +71,17 @@ inline std::int64_t rendezvous_timeout_ms() { return env_int("KOLO_RENDEZVOUS_TI
 // Compare every collective's fingerprint across ranks (mismatch detection).
 // Always on; 0 exists only to measure what the check costs (bench/results).
 inline bool verify_calls() { return env_int("KOLO_VERIFY_CALLS", 1) != 0; }
+
+// --- settings every rank of a job must share --------------------------------
+// Each tunable above whose disagreement between ranks breaks a collective (a
+// different transport, algorithm or chunking means mismatched messages: a hang
+// or a wrong result), as NAME and effective value (the default where unset).
+// init() compares them across ranks (rendezvous/settings_check.h).
+struct Setting {
+  const char* name;
+  std::string value;
+};
+std::vector<Setting> job_wide_settings();
 
 // --- diagnostics -----------------------------------------------------------
 inline std::string log_level() { return env_str("KOLO_LOG", "warn"); }

@@ -15,8 +15,7 @@ namespace kolo {
 void set_log_rank(int rank);
 int log_rank();
 
-// "kolo rank 3: " or "kolo: " before init.
-std::string rank_prefix();
+// rank_prefix() ("kolo rank 3: ", "kolo: " before init) is public: kolo.h.
 
 // Throws E with the rank prefix and a {fmt} message.
 template <class E, class... Args>

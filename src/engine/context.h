@@ -21,6 +21,8 @@ struct Context {
   int size = 1;
   int local_rank = 0;
   int local_size = 1;
+  int cross_rank = 0;  // this rank's host, hosts numbered by their lowest rank
+  int cross_size = 1;  // hosts in the job
   std::unique_ptr<rdv::StoreServer> hosted_store;  // rank 0's, when no launcher hosts one
   std::unique_ptr<rdv::StoreClient> store;
   std::unique_ptr<collectives::Backend> backend;

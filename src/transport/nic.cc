@@ -48,29 +48,20 @@ std::string name_of(const std::string& ip) {
   return "?";
 }
 
-// KOLO_IFACE: an interface name, or a CIDR that one local address lies in.
+// KOLO_IFACE: as interface_address(), its absence an error naming the host.
 std::string from_setting(const std::string& want, const std::string& host) {
-  const auto ifs = ipv4_interfaces();
-  const auto slash = want.find('/');
-  if (slash == std::string::npos) {
-    for (const Iface& f : ifs)
-      if (f.name == want) return f.text;
-    fail("KOLO_IFACE={}: host {} has no interface of that name with an IPv4 address; its interfaces: {}",
-         want, host, interface_list());
-  }
-  in_addr net{};
-  int bits = -1;
+  std::string ip;
   try {
-    bits = std::stoi(want.substr(slash + 1));
-  } catch (const std::exception&) {
-  }
-  if (inet_pton(AF_INET, want.substr(0, slash).c_str(), &net) != 1 || bits < 0 || bits > 32)
+    ip = interface_address(want);
+  } catch (const Error&) {
     fail("KOLO_IFACE={} is neither an interface name nor an IPv4 CIDR such as 10.0.0.0/24", want);
-  const std::uint32_t mask = bits == 0 ? 0 : htonl(~std::uint32_t{0} << (32 - bits));
-  for (const Iface& f : ifs)
-    if ((f.addr.s_addr & mask) == (net.s_addr & mask)) return f.text;
-  fail("KOLO_IFACE={}: host {} has no IPv4 address in that network; its interfaces: {}", want, host,
-       interface_list());
+  }
+  if (ip.empty())
+    fail("KOLO_IFACE={}: host {} has no {}; its interfaces: {}", want, host,
+         want.find('/') == std::string::npos ? "interface of that name with an IPv4 address"
+                                              : "IPv4 address in that network",
+         interface_list());
+  return ip;
 }
 
 // The local address the kernel would send from to reach ip (UDP connect
@@ -96,6 +87,30 @@ std::string route_to(const std::string& ip) {
 }
 
 }  // namespace
+
+std::string interface_address(const std::string& name_or_cidr) {
+  const auto ifs = ipv4_interfaces();
+  const auto slash = name_or_cidr.find('/');
+  if (slash == std::string::npos) {
+    for (const Iface& f : ifs)
+      if (f.name == name_or_cidr) return f.text;
+    return "";
+  }
+  in_addr net{};
+  int bits = -1;
+  std::size_t used = 0;
+  try {
+    bits = std::stoi(name_or_cidr.substr(slash + 1), &used);
+  } catch (const std::exception&) {
+  }
+  if (inet_pton(AF_INET, name_or_cidr.substr(0, slash).c_str(), &net) != 1 || bits < 0 || bits > 32 ||
+      used != name_or_cidr.size() - slash - 1)
+    fail("'{}' is neither an interface name nor an IPv4 CIDR such as 10.0.0.0/24", name_or_cidr);
+  const std::uint32_t mask = bits == 0 ? 0 : htonl(~std::uint32_t{0} << (32 - bits));
+  for (const Iface& f : ifs)
+    if ((f.addr.s_addr & mask) == (net.s_addr & mask)) return f.text;
+  return "";
+}
 
 std::string interface_list() {
   std::string s;

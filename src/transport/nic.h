@@ -29,6 +29,12 @@ namespace kolo::transport {
 // kolo::Error for a KOLO_IFACE that matches nothing, listing the interfaces.
 std::string choose_address(const std::vector<std::string>& routes, int rank, const std::string& host);
 
+// The one reading of KOLO_IFACE and kolorun's --network-interface: an
+// interface name ("eth1": its IPv4 address) or an IPv4 CIDR ("10.0.0.0/24":
+// this host's address inside it). Empty when this host has none; throws
+// kolo::Error when a value with '/' is no CIDR.
+std::string interface_address(const std::string& name_or_cidr);
+
 // "lo 127.0.0.1, eth0 10.0.0.2, docker0 172.17.0.1": this host's IPv4 interfaces.
 std::string interface_list();
 

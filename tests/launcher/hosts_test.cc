@@ -109,6 +109,9 @@ INSTANTIATE_TEST_SUITE_P(
                  "interfaces: "},
         BadHosts{"cidr_without_address", {"-H", "localhost", "--network-interface", "198.51.100.0/24", "true"},
                  "kolorun: --network-interface 198.51.100.0/24: no address inside that network on this host"},
+        BadHosts{"malformed_cidr", {"-H", "localhost", "--network-interface", "10.0.0.0/99", "true"},
+                 "kolorun: --network-interface 10.0.0.0/99: neither an interface name nor an IPv4 CIDR such as "
+                 "10.0.0.0/24"},
         BadHosts{"missing_program_here", {"-H", "localhost:2", "nosuchprog"},
                  "kolorun: cannot execute 'nosuchprog': No such file or directory\n"}),
     [](const testing::TestParamInfo<BadHosts>& i) { return std::string(i.param.name); });

@@ -16,11 +16,15 @@
 #                                      close and kills its ranks; nothing left anywhere
 #   kolorun_hosts_test.sh mpirun       the same kolo-bench under Open MPI's mpirun -H across h0, h1
 #                                      (plm_rsh_agent = the harness's ssh; KOLO_STORE_ADDR by -x)
+#   kolorun_hosts_test.sh settings     KOLO_* set only on the launching host reach every rank on
+#                                      every host (-x wins); KOLO_HIERARCHICAL=0 runs every rank
+#                                      flat; settings differing by host fail every rank within 10 s
+#                                      naming them; kolorun's, C++'s and Python's local ranks agree
 # Needs root (skips with 77 otherwise) and KOLO_TEST_BUILD_DIR (set by ctest).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-case=${1:?usage: kolorun_hosts_test.sh e2e|bench|unreachable|signal|launcher-killed|mpirun}
+case=${1:?usage: kolorun_hosts_test.sh e2e|bench|unreachable|signal|launcher-killed|mpirun|settings}
 B=${KOLO_TEST_BUILD_DIR:-$REPO/build}
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
 K=$B/tools/kolorun/kolorun
@@ -174,6 +178,54 @@ mpirun)
   [ $rc = 0 ] || sed 's/^/    /' err | head -20
   expect "mpirun: 4 ranks" has_text out "# kolo-bench allreduce: 4 ranks"
   expect "mpirun: six collectives verified" eq "$(grep -c '^# all results correct' out)" 6
+  expect "nothing left" no_leftovers
+  ;;
+settings)
+  # kolo's settings set only on the launching host hold on every rank of every host (the remote
+  # ranks' environment is a fresh ssh login's); -x still wins; KOLO_HOSTNAME is not forwarded.
+  KOLO_T_JOBWIDE="launcher only" KOLO_SHM_CHUNK=131072 kh_exec h0 env -u KOLO_HOSTNAME "$K" -H h0:2,h1:2 \
+    --rsh "$RSH" -x KOLO_T_X=from-x "$R" where KOLO_T_JOBWIDE KOLO_SHM_CHUNK KOLO_T_X > out 2> err
+  expect "settings: the job exits 0" eq "$?" 0
+  for r in 0 1 2 3; do
+    expect "settings: rank $r (h$((r / 2))) has KOLO_T_JOBWIDE" has_text out "[$r] KOLO_T_JOBWIDE=launcher only"
+    expect "settings: rank $r (h$((r / 2))) has KOLO_SHM_CHUNK" has_text out "[$r] KOLO_SHM_CHUNK=131072"
+    expect "settings: rank $r (h$((r / 2))) has -x KOLO_T_X" has_text out "[$r] KOLO_T_X=from-x"
+  done
+  KOLO_T_JOBWIDE=forwarded kh_exec h0 "$K" -H h0:1,h1:1 --rsh "$RSH" -x KOLO_T_JOBWIDE=explicit \
+    "$R" where KOLO_T_JOBWIDE > out 2> err
+  expect "settings: -x VAR=value wins over the forwarded VAR" eq "$(grep -c 'KOLO_T_JOBWIDE=explicit' out)" 2
+
+  # The issue's case: KOLO_HIERARCHICAL=0 on the launching host makes every rank flat (before,
+  # h1's ranks went hierarchical and the job timed out blaming the network).
+  IDENT=$B/tests/collectives/kolo_identity
+  KOLO_HIERARCHICAL=0 kh_exec h0 "$K" -H h0:2,h1:2 --rsh "$RSH" "$IDENT" > out 2> err
+  expect "settings: KOLO_HIERARCHICAL=0 on the launcher: exits 0" eq "$?" 0
+  for r in 0 1 2 3; do
+    expect "settings: rank $r runs flat TCP" has_text out \
+      "identity rank=$r size=4 local_rank=$((r % 2)) local_size=2 transport=tcp sum=10"
+  done
+
+  # Ranks whose environments differ by host (as under mpirun or srun): every rank fails within
+  # 10 s naming the variable, both values, the ranks and the hosts.
+  t0=$(date +%s.%N)
+  kh_exec h0 "$K" -H h0:2,h1:2 --rsh "$RSH" --timeout 60 \
+    sh -c '[ "$(hostname)" = h1 ] && export KOLO_HIERARCHICAL=0; exec "$0"' "$IDENT" > out 2> err
+  rc=$?
+  took=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }')
+  expect "settings differ by host: the job fails" test "$rc" != 0
+  expect "settings differ by host: within 10 s (took $took s)" awk -v t="$took" 'BEGIN { exit !(t <= 10) }'
+  # (kolorun stops the job at the first rank's failure: one rank's message is enough.)
+  expect "settings differ by host: a rank names the variable, values, ranks and hosts" grep -qE \
+    '^\[[0-3]\]   KOLO_HIERARCHICAL=1 on ranks 0, 1 \(host h0\); KOLO_HIERARCHICAL=0 on ranks 2, 3 \(host h1\)$' err
+
+  # Which ranks share a host has one answer: kolorun's KOLO_LOCAL_RANK, C++ (kolo_identity above)
+  # and Python's hvd.local_rank()/cross_rank() agree on h0:2,h1:1.
+  PY='import os, kolo.torch as hvd; hvd.init(); print("py", hvd.rank(), os.environ["KOLO_LOCAL_RANK"], hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())'
+  kh_exec h0 "$K" -H h0:2,h1:1 --rsh "$RSH" -x PYTHONPATH="$B/python" /usr/bin/python3 -c "$PY" > out 2> err
+  expect "python local ranks: exits 0" eq "$?" 0
+  expect "python: rank 0 on h0" has_text out "[0] py 0 0 0 2 0 2"
+  expect "python: rank 1 on h0" has_text out "[1] py 1 1 1 2 0 2"
+  expect "python: rank 2 on h1" has_text out "[2] py 2 0 0 1 1 2"
   expect "nothing left" no_leftovers
   ;;
 *) echo "unknown case $case"; exit 2 ;;

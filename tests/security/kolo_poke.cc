@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "rendezvous/auth.h"
+#include "rendezvous/settings_check.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_socket.h"
 
@@ -194,6 +195,9 @@ int main(int argc, char** argv) {
     // to build the mesh once every rank's host entries exist.
     store.set(fmt::format("kolo/comm0/host/{}", last), host_identity());
     store.set(fmt::format("kolo/comm0/hostof/{}", last), std::to_string(last));
+    // ... and the settings comparison (rendezvous/settings_check.h): this
+    // process has the job's environment, so the last rank's settings.
+    kolo::rdv::publish_settings(store, "kolo/comm0", last);
     for (int r = 0; r < last; ++r) {
       const std::string a = store.get(fmt::format("kolo/comm0/addr/{}", r), 60000ms);
       knock(fmt::format("rank {} data listener {}", r, a), a.substr(0, a.rfind(':')),

@@ -291,7 +291,7 @@ int mode_resume(kolo::Communicator& comm, const Args& a) {
       sched.step();
       ++step;
       if (step == ckpt_at && comm.rank() == 0) {
-        kolo::torch::TrainState st{epoch, step, sampler.state()};
+        kolo::torch::TrainState st{.epoch = epoch, .step = step, .sampler = sampler.state(), .scaler = std::nullopt};
         if (use_scaler) st.scaler = scaler.state();
         kolo::torch::save_checkpoint(ckpt, net, opt, st);
       }

@@ -103,7 +103,7 @@ struct JobSpec {
   std::string host;              // the host's name as the launcher knows it (for messages)
   std::string cwd;               // the launcher's working directory
   std::vector<std::string> argv; // the ranks' command, argv[0] as typed
-  std::vector<std::string> env;  // -x variables, "NAME=value", set in every rank
+  std::vector<std::string> env;  // the launcher's KOLO_* settings, then -x variables ("NAME=value"), set in every rank
   std::vector<RankEnv> ranks;
   double grace_s = 3;            // SIGTERM -> SIGKILL
   std::uint32_t silence_ms = 15000;  // no frame from the launcher for this long: it is gone

@@ -16,6 +16,9 @@
 #include <set>
 #include <vector>
 
+#include "core/error.h"
+#include "transport/nic.h"
+
 namespace kolorun {
 
 namespace {
@@ -54,26 +57,6 @@ std::set<std::string> own_addresses() {
   return out;
 }
 
-// Parses "a.b.c.d/len"; false when `text` is not an IPv4 CIDR.
-bool parse_cidr(const std::string& text, std::uint32_t& net, std::uint32_t& mask) {
-  const auto slash = text.find('/');
-  if (slash == std::string::npos) return false;
-  in_addr a{};
-  if (::inet_pton(AF_INET, text.substr(0, slash).c_str(), &a) != 1) return false;
-  int len = -1;
-  try {
-    std::size_t used = 0;
-    len = std::stoi(text.substr(slash + 1), &used);
-    if (used != text.size() - slash - 1) return false;
-  } catch (const std::exception&) {
-    return false;
-  }
-  if (len < 0 || len > 32) return false;
-  mask = len == 0 ? 0 : ~std::uint32_t{0} << (32 - len);
-  net = ntohl(a.s_addr) & mask;
-  return true;
-}
-
 }  // namespace
 
 bool is_local_host(const std::string& host) {
@@ -94,21 +77,19 @@ bool is_local_host(const std::string& host) {
 }
 
 std::string interface_address(const std::string& iface) {
-  std::uint32_t net = 0, mask = 0;
-  const bool cidr = parse_cidr(iface, net, mask);
-  IfAddrs ifs;
-  std::set<std::string> seen;
-  for (ifaddrs* i = ifs.list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    const auto* sin = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
-    seen.insert(fmt::format("{} ({})", i->ifa_name, ntop(i->ifa_addr)));
-    if (cidr ? (ntohl(sin->sin_addr.s_addr) & mask) == net : iface == i->ifa_name) return ntop(i->ifa_addr);
+  std::string ip;
+  try {
+    ip = kolo::transport::interface_address(iface);
+  } catch (const kolo::Error&) {
+    throw AddressError(fmt::format("--network-interface {}: neither an interface name nor an IPv4 CIDR such as "
+                                   "10.0.0.0/24", iface));
   }
-  std::string have;
-  for (const auto& s : seen) have += (have.empty() ? "" : ", ") + s;
-  throw AddressError(fmt::format("--network-interface {}: {} on this host (IPv4 interfaces: {})", iface,
-                                 cidr ? "no address inside that network" : "no IPv4 interface of that name",
-                                 have.empty() ? "none" : have));
+  if (ip.empty())
+    throw AddressError(fmt::format("--network-interface {}: {} on this host (IPv4 interfaces: {})", iface,
+                                   iface.find('/') != std::string::npos ? "no address inside that network"
+                                                                        : "no IPv4 interface of that name",
+                                   kolo::transport::interface_list()));
+  return ip;
 }
 
 std::string route_source_address(const std::string& peer) {

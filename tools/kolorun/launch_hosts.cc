@@ -21,6 +21,7 @@
 #include "shm_sweep.h"
 #include "signals.h"
 #include "spawn.h"
+#include "core/config.h"
 
 namespace kolorun {
 
@@ -33,13 +34,9 @@ void say(const std::string& text) { std::fprintf(stderr, "kolorun: %s\n", text.c
 // (naming them) before kolorun declares the host lost.
 double host_timeout_s(const Options& o) {
   if (o.host_timeout_s > 0) return o.host_timeout_s;
-  double peer_ms = 10000;
-  if (const char* v = std::getenv("KOLO_PEER_TIMEOUT_MS")) {
-    char* end = nullptr;
-    const double d = std::strtod(v, &end);
-    if (end != v && d > 0) peer_ms = d;
-  }
-  return peer_ms / 1000 + 5;
+  // 0 turns the ranks' own limit off; the host limit stays at the default's.
+  const std::int64_t peer_ms = kolo::config::peer_timeout_ms();
+  return (peer_ms > 0 ? static_cast<double>(peer_ms) : 10000.0) / 1000 + 5;
 }
 
 std::string self_path() {
@@ -69,10 +66,11 @@ int run_hosts(const Options& o) {
       return 2;
     }
   }
-  const double silence_s = host_timeout_s(o);
+  double silence_s = 0;
   RemoteShell rsh;
   std::string advertise = "127.0.0.1", bind = "127.0.0.1";
   try {
+    silence_s = host_timeout_s(o);  // a KOLO_PEER_TIMEOUT_MS that is no integer is an error
     rsh = make_remote_shell(o.rsh, o.ssh_port, o.identity,
                             std::max(1, static_cast<int>(std::ceil(silence_s / 3))));
     if (!o.network_interface.empty()) {
@@ -134,7 +132,8 @@ int run_hosts(const Options& o) {
     spec.host = h.name;
     spec.cwd = cwd;
     spec.argv = o.command;
-    spec.env = o.env;
+    spec.env = kolo_settings();  // job-wide; -x after them, so an explicit -x wins
+    spec.env.insert(spec.env.end(), o.env.begin(), o.env.end());
     spec.grace_s = o.grace_s;
     // The agent waits longer than kolorun does: kolorun names the lost host
     // first, then the agent (if only its link was cut) ends its ranks.

@@ -29,7 +29,10 @@ variables added to kolorun's environment:
   KOLO_JOB_ID        16 hex digits, random per job
   KOLO_SECRET        32 hex digits from /dev/urandom, the job's shared secret
   KOLO_IFACE         the --network-interface value, when given
-  and each -x variable.
+  and each -x variable. Every other KOLO_* variable of kolorun's environment
+  (kolo's settings: KOLO_TRANSPORT, KOLO_HIERARCHICAL, ...; not KOLO_HOSTNAME)
+  reaches every rank, on other hosts too; ranks whose settings that must agree
+  differ fail at kolo::init() naming the variable, its values and the ranks.
 
 Several hosts (-H a:4,b:4 or --hostfile): ranks fill the hosts in the order
 given (a gets ranks 0-3, b 4-7); -np defaults to the total slots and may be

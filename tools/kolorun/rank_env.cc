@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -50,6 +51,20 @@ std::vector<std::string> kolo_variables(int rank, int size, int local_rank, int 
   };
   if (!iface.empty()) v.push_back("KOLO_IFACE=" + iface);
   return v;
+}
+
+std::vector<std::string> kolo_settings() {
+  static const std::set<std::string> not_forwarded = {"KOLO_RANK",       "KOLO_SIZE",   "KOLO_LOCAL_RANK",
+                                                     "KOLO_LOCAL_SIZE", "KOLO_STORE_ADDR", "KOLO_JOB_ID",
+                                                     "KOLO_SECRET",     "KOLO_HOSTNAME"};
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (kv.rfind("KOLO_", 0) == 0 && eq != std::string::npos && !not_forwarded.count(kv.substr(0, eq)))
+      out.push_back(kv);
+  }
+  return out;
 }
 
 std::vector<std::string> environment_with(const std::vector<std::string>& overrides) {

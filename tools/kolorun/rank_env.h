@@ -23,6 +23,13 @@ std::string random_hex(std::size_t bytes);
 std::vector<std::string> kolo_variables(int rank, int size, int local_rank, int local_size,
                                         const JobIdentity& job, const std::string& iface);
 
+// Every KOLO_* variable of this process ("NAME=value"): kolo's settings are
+// job-wide, so kolorun hands the launching host's to every rank on every host
+// (a remote login's environment has none of them). Left out: the variables
+// kolo_variables() sets per rank and KOLO_HOSTNAME, which names the host it is
+// set on.
+std::vector<std::string> kolo_settings();
+
 // This process's environment with `overrides` ("NAME=value") replacing or
 // adding variables of those names (a KOLO_RANK inherited from an outer job,
 // kolorun started from inside a rank, is replaced rather than duplicated).

@@ -15,7 +15,7 @@ import torch
 from kolo import _C, handles
 from kolo.basics import comm, error
 from kolo.process_sets import root_in_scope, with_process_set
-from kolo.torch import dtypes
+from kolo.torch import alltoallv, dtypes
 from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, reduce_plan
 
 
@@ -295,33 +295,20 @@ def _alltoall_start(what, tensor, splits, name, blocking):
     s = _splits_list(what, t, splits, n)
     rows = _gather_descriptions(what, t, s)
     matrix = [row[2 + _MAX_DIMS:] for row in rows]  # matrix[src][dst]
-    recv = [matrix[src][me] for src in range(n)]
+    recv_rows = [matrix[src][me] for src in range(n)]
     biggest = max(max(r) for r in matrix)
-    dt, _ = move_code(t)
-    per_row = _row_units(t)
-    tail = tuple(t.shape[1:])
-    if all(x == biggest for r in matrix for x in r):
-        send = t
-        out = t.new_empty((biggest * n,) + tail)
-        result = out
-    else:
-        send = t.new_zeros((n * biggest,) + tail)
-        for j, piece in enumerate(torch.split(t, s)):
-            send[j * biggest:j * biggest + s[j]].copy_(piece)
-        out = t.new_empty((n * biggest,) + tail)
-        result = None
-    args = (send.data_ptr(), out.data_ptr(), biggest * per_row, dt)
-    received = torch.tensor(recv, dtype=torch.int32)
+    equal = all(x == biggest for r in matrix for x in r)
+    work, recv, keep = alltoallv.start(c, torch.split(t, s), biggest, whole=t if equal else None)
+    received = torch.tensor(recv_rows, dtype=torch.int32)
 
     def finish():
-        if result is not None:
-            return result, received
-        parts = [out[j * biggest:j * biggest + recv[j]] for j in range(n)]
-        return torch.cat(parts) if parts else out[:0], received
+        if equal:
+            return recv.view((n * biggest,) + tuple(t.shape[1:])), received
+        return torch.cat(alltoallv.unpad(recv, recv_rows)), received
     if blocking:
-        c.alltoall(*args)
+        work.wait()
         return finish()
-    return handles.add(c.alltoall_async(*args), (t, send, out), finish)
+    return handles.add(work, (t,) + keep, finish)
 
 
 @with_process_set

@@ -66,7 +66,7 @@ import torch.distributed as dist
 
 from kolo import _C
 from kolo.basics import error
-from kolo.torch import dtypes
+from kolo.torch import alltoallv, dtypes
 from kolo.torch.process_group_rendezvous import communicator_for, install_env_handler
 from kolo.torch.process_group_work import Completer
 
@@ -408,14 +408,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
                                    f"but rank {j} expects {int(expects[j, i]) // unit} from rank {i} "
                                    "(input and output split sizes disagree)"))
         width = int(sends.max()) if n else 0
-        dtype = blocks[0].dtype
-        send = torch.zeros(n, width, dtype=dtype)
-        for j, b in enumerate(blocks):
-            send[j, :b.numel()] = b
-        recv = torch.empty(n, width, dtype=dtype)
-        code, per = _unit(send)
-        work = self._comm.alltoall_async(send.data_ptr(), recv.data_ptr(), width * per, code)
-        return work, lambda: deliver([recv[j, :c] for j, c in enumerate(recv_counts)]), (send, recv)
+        work, recv, keep = alltoallv.start(self._comm, blocks, width)
+        return work, lambda: deliver(alltoallv.unpad(recv, recv_counts)), keep
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         what = "all_to_all_single"
