@@ -60,19 +60,20 @@ Communicator init() {
     } else if (want != "tcp") {
       fail("KOLO_TRANSPORT={} is not a transport (auto, shm, tcp)", want);
     }
-    if (kind == Shm) {
-      ctx->backend = collectives::make_shm_backend(store, prefix, d.job_id, d.rank, d.size);
-    } else {
-      const std::string address = transport::choose_address(hosts.routes, d.rank, hosts.names[host]);
-      if (kind == Hier) {
-        ctx->backend = collectives::make_hier_backend(store, prefix, d.job_id, d.rank, hosts, address);
-      } else {
-        transport::Members members;
-        if (!one_host)
-          for (int q = 0; q < d.size; ++q) members.hosts.push_back(hosts.host_name_of(q));
-        ctx->backend = collectives::make_tcp_backend(store, prefix, d.rank, d.size, address, std::move(members));
-      }
-    }
+    // Kept in the context: a collective every rank rejected rebuilds the
+    // backend in a new key space (engine/context.h).
+    std::string address;
+    if (kind != Shm) address = transport::choose_address(hosts.routes, d.rank, hosts.names[host]);
+    transport::Members members;
+    if (!one_host)
+      for (int q = 0; q < d.size; ++q) members.hosts.push_back(hosts.host_name_of(q));
+    ctx->make_backend = [&store, kind, d, hosts, address, members](const std::string& space) {
+      if (kind == Shm) return collectives::make_shm_backend(store, space, d.job_id, d.rank, d.size);
+      if (kind == Hier) return collectives::make_hier_backend(store, space, d.job_id, d.rank, hosts, address);
+      return collectives::make_tcp_backend(store, space, d.rank, d.size, address, members);
+    };
+    ctx->base_prefix = prefix;
+    ctx->backend = ctx->make_backend(prefix);
     rdv::store_barrier(store, prefix + "/ready", d.rank, d.size);
     log(LogLevel::Info, "rank {} of {} on host {} ({} of {} hosts, {} local ranks), transport {}, launcher {}",
         d.rank, d.size, hosts.names[host], host + 1, hosts.hosts(), local_size, ctx->backend->name(), d.source);

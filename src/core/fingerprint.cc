@@ -1,6 +1,7 @@
 #include "core/fingerprint.h"
 
 #include "core/error.h"
+#include "core/rejected.h"
 
 namespace kolo {
 
@@ -84,6 +85,12 @@ void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, int my_
   if (theirs.magic == Fingerprint::kMagic && theirs.seq != mine.seq)
     fail("collectives out of step: rank {} is at collective #{} ({}) while rank {} (this rank) is at #{} ({})",
          their_rank, theirs.seq, theirs.call(), my_rank, mine.seq, mine.call());
+  // Both ranks at the same position, before anything either sent was used:
+  // the one case a communicator can come back from (engine/context.h).
+  if (theirs.magic == Fingerprint::kMagic)
+    fail_as<MismatchError>(
+        "mismatched collectives at collective #{}: rank {} called {} while rank {} (this rank) called {}",
+        mine.seq, their_rank, theirs.call(), my_rank, mine.call());
   fail("mismatched collectives at collective #{}: rank {} called {} while rank {} (this rank) called {}",
        mine.seq, their_rank, theirs.call(), my_rank, mine.call());
 }
