@@ -121,7 +121,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._bucket_of = {p: b for b in self._buckets for p in b.params}
         self._flag = torch.zeros(1, dtype=torch.int32)
         self._flag_work = None
-        self._rounds = 0  # steps this rank took part in as an active rank
+        self._rounds = 0  # steps this rank took part in as an active rank since the last join()
         self._should_synchronize = True
         self._synchronized = False
         self._reset_round()
@@ -348,8 +348,11 @@ def join(device=-1):
             raise RuntimeError(error("join", "other ranks are stepping a DistributedOptimizer, "
                                      "but this rank has none to mirror"))
         opt.mirror_step()
-    # The last to join stepped the most and then waited the fewest rounds.
+    # The last to join stepped the most (since the previous join) and then
+    # waited the fewest rounds.
     mine = torch.tensor([opt._rounds if opt is not None else 0, -waited], dtype=torch.int64)
+    if opt is not None:
+        opt._rounds = 0
     every = torch.empty(c.size(), 2, dtype=torch.int64)
     c.allgather(mine.data_ptr(), every.data_ptr(), 2, _C.I64)
     keys = [tuple(row) for row in every.tolist()]
