@@ -168,7 +168,19 @@ std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<S
   if (!d.store_host.empty()) {
     // Bound to every interface: the other ranks come from other hosts.
     const auth::Key key = named_store_key(d);
-    if (d.rank0_hosts_store && d.rank == 0) hosted = std::make_unique<StoreServer>("0.0.0.0", d.store_port, key);
+    if (d.rank0_hosts_store && d.rank == 0) {
+      // Kept for the life of the process and reused by a later init() (after
+      // shutdown): the other ranks cannot tell a store on this port closing
+      // from one opening, and one that reconnected first would have joined
+      // the old store. Communicators keep apart by key prefix (kolo/comm<n>).
+      static std::unique_ptr<StoreServer> process_store;
+      static int process_store_port = -1;
+      if (!process_store || process_store_port != d.store_port) {
+        process_store.reset();
+        process_store = std::make_unique<StoreServer>("0.0.0.0", d.store_port, key);
+        process_store_port = d.store_port;
+      }
+    }
     return std::make_unique<StoreClient>(d.store_host, d.store_port, timeout, key, identity(d));
   }
   if (!d.rank0_hosts_store)
