@@ -163,6 +163,12 @@ std::unique_ptr<StoreClient> join_via_file(const Discovery& d, const std::string
 
 }  // namespace
 
+namespace {
+std::unique_ptr<StoreServer> named_store;  // see connect_store()
+}  // namespace
+
+const StoreServer* named_port_store() { return named_store.get(); }
+
 std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<StoreServer>& hosted) {
   const Millis timeout{config::rendezvous_timeout_ms()};
   if (!d.store_host.empty()) {
@@ -173,12 +179,9 @@ std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<S
       // shutdown): the other ranks cannot tell a store on this port closing
       // from one opening, and one that reconnected first would have joined
       // the old store. Communicators keep apart by key prefix (kolo/comm<n>).
-      static std::unique_ptr<StoreServer> process_store;
-      static int process_store_port = -1;
-      if (!process_store || process_store_port != d.store_port) {
-        process_store.reset();
-        process_store = std::make_unique<StoreServer>("0.0.0.0", d.store_port, key);
-        process_store_port = d.store_port;
+      if (!named_store || named_store->port() != d.store_port) {
+        named_store.reset();
+        named_store = std::make_unique<StoreServer>("0.0.0.0", d.store_port, key);
       }
     }
     return std::make_unique<StoreClient>(d.store_host, d.store_port, timeout, key, identity(d));
