@@ -2,9 +2,12 @@
 (workers/errors_worker.py), on shared memory and TCP; after a mismatch the
 communicator remains usable or (where not every rank caught it) is formed
 anew with shutdown() and init()."""
+import os
+import sys
+
 import pytest
 
-from launch import assert_ok, run
+from launch import HERE, assert_ok, run, run_torchrun_style
 
 
 # Every rank of one host catches a mismatch at the fingerprint check: the
@@ -22,28 +25,8 @@ def test_shutdown_init_with_torchrun_variables():
     the shutdown() + init() of the worker must find it again (rank 1 may
     reconnect before rank 0 has shut down: the store lives as long as rank 0's
     process, communicators keep apart by key prefix)."""
-    import os
-    import socket
-    import subprocess
-    import sys
-    from launch import DEADLINE_S, HERE
     np = 2
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(np),
-               LOCAL_WORLD_SIZE=str(np), PYTHONDONTWRITEBYTECODE="1")
-    for v in [k for k in env if k.startswith("KOLO_")]:
-        del env[v]
     worker = os.path.join(HERE, "workers", "errors_worker.py")
-    procs = [subprocess.Popen([sys.executable, worker, "usable"],
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(np)]
-    try:
-        outs = [p.communicate(timeout=DEADLINE_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"errors rank {r} of {np}" in out, f"rank {r}:\n{out[-4000:]}"
+    results = run_torchrun_style(np, [sys.executable, worker, "usable"], local=True)
+    for r, (code, out) in enumerate(results):
+        assert code == 0 and f"errors rank {r} of {np}" in out, f"rank {r}:\n{out[-4000:]}"

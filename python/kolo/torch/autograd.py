@@ -23,7 +23,7 @@ from kolo import _C
 from kolo.basics import comm, error
 from kolo.torch import collectives as col
 from kolo.torch.compression import Compression
-from kolo.torch.dtypes import Average, Sum, op_code
+from kolo.torch.dtypes import Average, op_code
 
 
 def _needs_grad(t):
