@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/rejected.h"
 #include "engine/context.h"
 
 namespace kolo {
@@ -67,6 +68,8 @@ auto collective(detail::Context& c, Fingerprint fp, F body) {
     try {
       if (verify) c.backend->begin(fp);
       body();
+    } catch (const MismatchError& e) {
+      c.reject_collective(e);
     } catch (const IoError& e) {
       c.fail_collective(e, false);
     } catch (const Error& e) {
@@ -100,7 +103,11 @@ int Communicator::local_rank() const { return ctx_of(ctx_).local_rank; }
 int Communicator::local_size() const { return ctx_of(ctx_).local_size; }
 int Communicator::cross_rank() const { return ctx_of(ctx_).cross_rank; }
 int Communicator::cross_size() const { return ctx_of(ctx_).cross_size; }
-std::string Communicator::transport() const { return ctx_of(ctx_).backend->name(); }
+std::string Communicator::transport() const {
+  auto& c = ctx_of(ctx_);
+  if (!c.backend) fail("this communicator lost its transport after a failure; form a new one with kolo::init()");
+  return c.backend->name();
+}
 
 // ---- allreduce ----------------------------------------------------------------
 static auto allreduce_op(detail::Context& c, const void* in, void* out, std::size_t count, DType t,

@@ -43,20 +43,21 @@ void connect(Context& c) {
   } else if (want != "tcp") {
     fail("KOLO_TRANSPORT={} is not a transport (auto, shm, tcp)", want);
   }
-  if (kind == Shm) {
-    c.backend = collectives::make_shm_backend(store, prefix, c.job_id, c.rank, c.size,
-                                              transport::Members{{}, {}, c.world});
-  } else {
-    const std::string address = transport::choose_address(hosts.routes, c.rank, hosts.names[host]);
-    if (kind == Hier) {
-      c.backend = collectives::make_hier_backend(store, prefix, c.job_id, c.rank, hosts, address, c.world);
-    } else {
-      transport::Members members{{}, {}, c.world};
-      if (!one_host)
-        for (int q = 0; q < c.size; ++q) members.hosts.push_back(hosts.host_name_of(q));
-      c.backend = collectives::make_tcp_backend(store, prefix, c.rank, c.size, address, std::move(members));
-    }
-  }
+  // Kept in the context: a collective every rank rejected rebuilds the
+  // backend in a new key space (engine/context.h).
+  std::string address;
+  if (kind != Shm) address = transport::choose_address(hosts.routes, c.rank, hosts.names[host]);
+  transport::Members members{{}, {}, c.world};
+  if (!one_host && kind == Tcp)
+    for (int q = 0; q < c.size; ++q) members.hosts.push_back(hosts.host_name_of(q));
+  c.make_backend = [&store, kind, job = c.job_id, rank = c.rank, size = c.size, hosts, address,
+                    members](const std::string& space) {
+    if (kind == Shm) return collectives::make_shm_backend(store, space, job, rank, size, members);
+    if (kind == Hier) return collectives::make_hier_backend(store, space, job, rank, hosts, address, members.world);
+    return collectives::make_tcp_backend(store, space, rank, size, address, members);
+  };
+  c.base_prefix = prefix;
+  c.backend = c.make_backend(prefix);
   rdv::store_barrier(store, prefix + "/ready", c.rank, c.size);
   log(LogLevel::Info, "{}{} of {} on host {} ({} of {} hosts, {} local ranks), transport {}, launcher {}",
       c.world ? "subgroup " : "", c.name(c.rank), c.size, hosts.names[host], host + 1, hosts.hosts(),

@@ -1,6 +1,7 @@
 #include "core/fingerprint.h"
 
 #include "core/error.h"
+#include "core/rejected.h"
 
 namespace kolo {
 
@@ -84,6 +85,11 @@ void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, const s
   if (theirs.magic == Fingerprint::kMagic && theirs.seq != mine.seq)
     fail("collectives out of step: {} is at collective #{} ({}) while {} (this rank) is at #{} ({})",
          them, theirs.seq, theirs.call(), me, mine.seq, mine.call());
+  // Both ranks at the same position, before anything either sent was used:
+  // the one case a communicator can come back from (engine/context.h).
+  if (theirs.magic == Fingerprint::kMagic)
+    fail_as<MismatchError>("mismatched collectives at collective #{}: {} called {} while {} (this rank) called {}",
+                           mine.seq, them, theirs.call(), me, mine.call());
   fail("mismatched collectives at collective #{}: {} called {} while {} (this rank) called {}",
        mine.seq, them, theirs.call(), me, mine.call());
 }

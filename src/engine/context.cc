@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/rejected.h"
+#include "rendezvous/hosts.h"
 
 namespace kolo::detail {
 
@@ -45,10 +47,44 @@ std::string Context::roll_call(const std::string& msg) {
                      n == 1 ? "rank" : "ranks", silent, kRollCallMs);
 }
 
+void Context::post_verdict(const char* verdict) {
+  store->set(fmt::format("{}/verdict/{}/{}", prefix, seq, rank), verdict);
+}
+
+void Context::reject_collective(const MismatchError& e) {
+  bool everyone = false;
+  if (store && make_backend) {
+    try {
+      post_verdict("rejected");
+      std::vector<std::string> keys;
+      for (int q = 0; q < size; ++q) keys.push_back(fmt::format("{}/verdict/{}/{}", prefix, seq, q));
+      store->wait(keys, std::chrono::milliseconds(kVerdictMs));
+      everyone = true;
+      for (const auto& k : keys) everyone &= store->get(k, std::chrono::milliseconds(0)) == "rejected";
+    } catch (const std::exception&) {
+      everyone = false;  // a silent rank, or the store is gone: not a clean rejection
+    }
+  }
+  if (!everyone) fail_collective(e, true);
+  std::string msg = e.what();
+  try {
+    backend.reset();
+    prefix = fmt::format("{}/g{}", base_prefix, ++generation);
+    backend = make_backend(prefix);
+    rdv::store_barrier(*store, prefix + "/ready", rank, size);
+  } catch (const std::exception& rebuild) {
+    throw Error(msg + "\n  every rank rejected this collective, but rebuilding the transport failed: " +
+                rebuild.what());
+  }
+  throw RejectedError(msg + "\n  (every rank rejected this collective before any data moved; "
+                      "the communicator remains usable)");
+}
+
 void Context::fail_collective(const Error& e, bool first_hand) {
   std::string msg = e.what();
   if (store) {
     try {
+      post_verdict("failed");
       if (first_hand) {
         store->set(fmt::format("{}/error/{}", prefix, rank), msg);
       } else {

@@ -1,13 +1,40 @@
 // What a Communicator holds: its place in the job, the rendezvous store, the
 // backend that runs the algorithms and the engine that orders them.
+//
+// Which failures a communicator survives. A collective whose ranks
+// disagree (different op, dtype, count or root at the same position) is
+// caught where ranks first compare fingerprints, before anything a peer sent
+// is used. When EVERY rank caught it there (each posts its verdict for that
+// collective to the store and reads everyone's), nothing of the call was
+// used anywhere: each rank drops its transport, builds a fresh one in a new
+// key space of the store (new shared-memory segment, new connections, so
+// nothing left in the old one can be read by mistake) and throws
+// RejectedError; the communicator remains usable and the next collective
+// runs as if the rejected one had never been called. That is always the case
+// on one host (shared memory: every rank sees every rank's fingerprint);
+// over TCP only where every rank receives from a disagreeing peer (two ranks
+// allreducing different counts do; a broadcast's root receives nothing).
+// Argument errors are thrown before a collective is queued and leave
+// nothing behind either.
+// Anything else — a peer that died, a timeout, a mismatch only some ranks saw
+// (those waiting on a peer that stopped see it leave), a mismatch with a rank
+// that already went on to its next collective — may have moved data (a rank
+// that caught a mismatch waits kVerdictMs for the verdicts before it aborts,
+// so a peer that saw nothing fails then): the backend aborts, every
+// rank gets the error, and the communicator is unusable for good (as NCCL's
+// abort). Forming a new one (shutdown() then init() in Python,
+// kolo::init() in C++) works in the same processes: each init() takes its
+// own key space and segment name.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "collectives/backend.h"
+#include "core/rejected.h"
 #include "engine/engine.h"
 #include "rendezvous/store.h"
 
@@ -26,7 +53,11 @@ struct Context {
   std::unique_ptr<rdv::StoreServer> hosted_store;  // rank 0's, when no launcher hosts one
   std::unique_ptr<rdv::StoreClient> store;
   std::unique_ptr<collectives::Backend> backend;
-  std::string prefix;  // this communicator's key space in the store
+  std::string prefix;  // this communicator's key space in the store (of this backend generation)
+  std::string base_prefix;  // the key space it was formed in; generations live below
+  int generation = 0;       // backends built after a rejected collective
+  // Builds the backend in a key space (the transport chosen when it formed, kept for rebuilds).
+  std::function<std::unique_ptr<collectives::Backend>(const std::string& prefix)> make_backend;
   std::string job_id;  // the launcher's job id (names shared-memory files)
   std::string launcher;  // which launcher's variables init() read, for the log
   // World rank of each rank of a subgroup (Communicator::split); null for the world.
@@ -46,8 +77,15 @@ struct Context {
   // up or aborted) is explained with what the peers posted. Then the backend
   // aborts so that peers waiting on us fail now, and the error is rethrown.
   [[noreturn]] void fail_collective(const Error& e, bool first_hand);
+  // This rank caught a mismatch at the fingerprint check. If every rank did,
+  // rebuilds the backend and throws RejectedError; otherwise fail_collective.
+  [[noreturn]] void reject_collective(const MismatchError& e);
 
  private:
+  // How long a rank that caught a mismatch waits for every rank's verdict:
+  // ranks that caught it too answer at once, others only after their own failure.
+  static constexpr int kVerdictMs = 5000;
+  void post_verdict(const char* verdict);
   // How long a rank that timed out waits for the others to say where they are.
   static constexpr int kRollCallMs = 2000;
   std::string roll_call(const std::string& msg);

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include "core/error.h"
+#include "core/rejected.h"
 #include "core/overlap.h"
 
 namespace kolo::detail {
@@ -23,6 +24,8 @@ void Engine::note_failure(std::exception_ptr err) {
   if (!broken_.empty()) return;
   try {
     std::rethrow_exception(err);
+  } catch (const RejectedError&) {
+    return;  // every rank rejected it and the backend was rebuilt: still usable
   } catch (const std::exception& e) {
     broken_ = e.what();
   } catch (...) {

@@ -5,7 +5,9 @@
 //
 // A collective that fails leaves the peers in an unknown position in the
 // stream, so the engine marks itself broken and every later call fails at
-// once with the first error (as NCCL's communicator abort does).
+// once with the first error (as NCCL's communicator abort does) — except a
+// RejectedError: every rank refused that call before any data moved and the
+// backend was rebuilt (engine/context.h says when).
 #pragma once
 
 #include <condition_variable>

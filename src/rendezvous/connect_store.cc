@@ -163,12 +163,27 @@ std::unique_ptr<StoreClient> join_via_file(const Discovery& d, const std::string
 
 }  // namespace
 
+namespace {
+std::unique_ptr<StoreServer> named_store;  // see connect_store()
+}  // namespace
+
+const StoreServer* named_port_store() { return named_store.get(); }
+
 std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<StoreServer>& hosted) {
   const Millis timeout{config::rendezvous_timeout_ms()};
   if (!d.store_host.empty()) {
     // Bound to every interface: the other ranks come from other hosts.
     const auth::Key key = named_store_key(d);
-    if (d.rank0_hosts_store && d.rank == 0) hosted = std::make_unique<StoreServer>("0.0.0.0", d.store_port, key);
+    if (d.rank0_hosts_store && d.rank == 0) {
+      // Kept for the life of the process and reused by a later init() (after
+      // shutdown): the other ranks cannot tell a store on this port closing
+      // from one opening, and one that reconnected first would have joined
+      // the old store. Communicators keep apart by key prefix (kolo/comm<n>).
+      if (!named_store || named_store->port() != d.store_port) {
+        named_store.reset();
+        named_store = std::make_unique<StoreServer>("0.0.0.0", d.store_port, key);
+      }
+    }
     return std::make_unique<StoreClient>(d.store_host, d.store_port, timeout, key, identity(d));
   }
   if (!d.rank0_hosts_store)

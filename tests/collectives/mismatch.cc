@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <thread>
 #include <cstring>
@@ -20,8 +21,71 @@
 
 #include "kolo/kolo.h"
 
+// "recover": rank 1 allreduces 999 elements where the others allreduce 1000
+// (caught), then every rank checks that correct collectives give exact
+// results — on the same communicator if the error says it remains usable
+// (prints "recovered"), else after the next call failed with "unusable" on
+// a new one from kolo::init() (prints "reformed") — and then on one more
+// new communicator (a healthy one dropped and formed again). Exits 0 or 3.
+static int recover() {
+  std::string how;
+  try {
+    auto comm = std::make_unique<kolo::Communicator>(kolo::init());
+    const int rank = comm->rank(), size = comm->size();
+    std::vector<float> f(1000, 1.0f);
+    comm->allreduce(f.data(), f.size(), kolo::Op::Sum);
+    bool usable = false;
+    try {
+      comm->allreduce(f.data(), rank == 1 ? 999 : 1000, kolo::Op::Sum);
+      std::printf("no error\n");
+      return 3;
+    } catch (const kolo::Error& e) {
+      usable = std::strstr(e.what(), "the communicator remains usable") != nullptr;
+      std::printf("mismatch: %s\n", e.what());
+    }
+    if (!usable) {
+      try {
+        comm->barrier();
+        std::printf("the call after an unrecovered mismatch did not fail\n");
+        return 3;
+      } catch (const kolo::Error& e) {
+        if (!std::strstr(e.what(), "unusable")) throw;
+      }
+      comm = std::make_unique<kolo::Communicator>(kolo::init());
+    }
+    for (int round = 0; round < 2; ++round) {
+      // Values that tell ranks and rounds apart: exact sums in float.
+      std::vector<float> x(100000);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((rank + 1) * (i % 7 + round));
+      comm->allreduce(x.data(), x.size(), kolo::Op::Sum);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        if (x[i] != static_cast<float>(size * (size + 1) / 2 * (i % 7 + round))) {
+          std::printf("wrong allreduce result at %zu: %g\n", i, x[i]);
+          return 3;
+        }
+      std::vector<int> b(10, rank == 2 % size ? 42 + round : -1);
+      kolo::Work w = comm->broadcast_async(b.data(), b.size(), kolo::DType::I32, 2 % size);
+      w.wait();
+      for (int v : b)
+        if (v != 42 + round) {
+          std::printf("wrong broadcast result %d\n", v);
+          return 3;
+        }
+      comm->barrier();
+      comm.reset();  // the second round runs on a communicator formed anew
+      comm = std::make_unique<kolo::Communicator>(kolo::init());
+    }
+    std::printf("%s\n", usable ? "recovered" : "reformed");
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("caught: %s\n", e.what());
+    return 3;
+  }
+}
+
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "op";
+  if (what == "recover") return recover();
   try {
     kolo::Communicator comm = kolo::init();
     std::vector<float> f(1000, 1.0f);

@@ -42,4 +42,30 @@ for t in shm tcp hier-aab hier-abb; do
   check $t reduction "allreduce(f32, 1000, max)" "allreduce(f32, 1000, sum)"
   check $t vector "broadcast(f32, 999, root=0)" "broadcast(f32, 1000, root=0)"
 done
+# After a mismatch that every rank caught at the fingerprint check (one host;
+# two ranks over TCP) the communicator remains usable; where a rank may see
+# only its neighbour fail (a TCP ring of three, the hierarchy) it must be
+# unusable and kolo::init() form a new one. Either way correct collectives follow.
+recover() {  # transport np expected ("recovered" or "recovered|reformed")
+  local transport=$1 np=$2 want=$3 kolo_transport=$1 wrap=()
+  case $transport in
+    hier-*) kolo_transport=auto wrap=("$(dirname "$0")/as_host.sh" "$(sed 's/hier-//; s/./& /g' <<< "$transport")") ;;
+  esac
+  KOLO_TRANSPORT=$kolo_transport timeout 300 "$KOLORUN" -np "$np" "${wrap[@]}" "$BIN" recover > "$out" 2>&1
+  local rc=$? ok=1
+  [ $rc -eq 0 ] || { echo "FAILED recover $transport np$np: kolorun exited $rc"; ok=0; }
+  for ((r = 0; r < np; r++)); do
+    grep -Eq "^\[$r\] ($want)$" "$out" || { echo "FAILED recover $transport np$np: rank $r did not print $want"; ok=0; }
+    # its own error, or (a rank that saw a peer fail) what the peers reported
+    grep -q "^\[$r\] mismatch: kolo rank $r: " "$out" && grep -q "^\[$r\] .*mismatched collectives at collective #2" "$out" ||
+      { echo "FAILED recover $transport np$np: rank $r did not catch the mismatch"; ok=0; }
+  done
+  if [ $ok -eq 1 ]; then echo "ok: recover $transport np$np"; else fail=1; echo "--- output:"; cat "$out"; fi
+}
+recover shm 2 recovered
+recover shm 3 recovered
+recover tcp 2 recovered
+recover tcp 3 "recovered|reformed"
+recover hier-aab 3 "recovered|reformed"
+
 exit $fail

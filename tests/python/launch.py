@@ -38,6 +38,31 @@ def run(np, worker, *args, transport=None, grace=None, env=None, shell_prefix=No
                           timeout=DEADLINE_S + 60)
 
 
+def run_torchrun_style(np, argv, local=False):
+    """Starts np processes of argv with torchrun-style variables (RANK,
+    WORLD_SIZE, MASTER_ADDR/MASTER_PORT on a free port, no KOLO_*; with
+    local, LOCAL_RANK/LOCAL_WORLD_SIZE too); returns [(exit code, output)]."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(np),
+               PYTHONDONTWRITEBYTECODE="1")
+    for v in [k for k in env if k.startswith("KOLO_")]:
+        del env[v]
+    if local:
+        env["LOCAL_WORLD_SIZE"] = str(np)
+    procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r), **({"LOCAL_RANK": str(r)} if local else {})),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(np)]
+    try:
+        outs = [p.communicate(timeout=DEADLINE_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [(p.returncode, out) for p, out in zip(procs, outs)]
+
+
 def assert_ok(proc, np, marker):
     """Exit 0 and every rank printed '<marker> rank r of np: OK'."""
     out = proc.stdout

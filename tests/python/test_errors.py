@@ -1,10 +1,32 @@
 """Refused inputs and mismatched calls raise on every rank with their text
-(workers/errors_worker.py), on shared memory and TCP."""
+(workers/errors_worker.py), on shared memory and TCP; after a mismatch the
+communicator remains usable or (where not every rank caught it) is formed
+anew with shutdown() and init()."""
+import os
+import sys
+
 import pytest
 
-from launch import assert_ok, run
+from launch import HERE, assert_ok, run, run_torchrun_style
 
 
-@pytest.mark.parametrize("np,transport", [(2, "shm"), (3, "tcp")])
-def test_errors_on_every_rank(np, transport):
-    assert_ok(run(np, "errors_worker.py", transport=transport), np, "errors")
+# Every rank of one host catches a mismatch at the fingerprint check: the
+# communicator must remain usable. Over TCP a rank that receives nothing from
+# a disagreeing peer (a broadcast's root, a ring's far side) sees only that
+# peer fail: then it must be unusable (tests/collectives/mismatch_test.sh
+# checks the TCP case that does recover).
+@pytest.mark.parametrize("np,transport,mode", [(2, "shm", "usable"), (3, "tcp", "either")])
+def test_errors_on_every_rank(np, transport, mode):
+    assert_ok(run(np, "errors_worker.py", mode, transport=transport), np, "errors")
+
+
+def test_shutdown_init_with_torchrun_variables():
+    """torchrun-style variables: rank 0 hosts kolo's store on MASTER_PORT, and
+    the shutdown() + init() of the worker must find it again (rank 1 may
+    reconnect before rank 0 has shut down: the store lives as long as rank 0's
+    process, communicators keep apart by key prefix)."""
+    np = 2
+    worker = os.path.join(HERE, "workers", "errors_worker.py")
+    results = run_torchrun_style(np, [sys.executable, worker, "usable"], local=True)
+    for r, (code, out) in enumerate(results):
+        assert code == 0 and f"errors rank {r} of {np}" in out, f"rank {r}:\n{out[-4000:]}"

@@ -7,7 +7,6 @@ import inspect
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -15,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from launch import DEADLINE_S, HERE, assert_ok, run, run_killed_rank
+from launch import DEADLINE_S, HERE, assert_ok, run, run_killed_rank, run_torchrun_style
 
 WORKER = os.path.join(HERE, "workers", "process_group_worker.py")
 
@@ -68,24 +67,11 @@ def assert_every_rank(out, np, modes):
 def test_env_with_master_addr():
     """torchrun-style variables: torch's store holds MASTER_PORT, kolo's store gets another port."""
     np = 2
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(np),
-               PYTHONDONTWRITEBYTECODE="1")
-    for v in [k for k in env if k.startswith("KOLO_")]:
-        del env[v]
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", WORKER, "init,ddp"], env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(np)]
-    try:
-        outs = [p.communicate(timeout=DEADLINE_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"rank {r} exited {p.returncode}:\n{out[-4000:]}"
+    results = run_torchrun_style(np, [sys.executable, "-W", "ignore", WORKER, "init,ddp"])
+    for r, (code, out) in enumerate(results):
+        assert code == 0, f"rank {r} exited {code}:\n{out[-4000:]}"
         assert f"rank {r} of {np} via MASTER_ADDR" in out, out[-4000:]
-    assert_every_rank("".join(outs), np, "init,ddp")
+    assert_every_rank("".join(out for _, out in results), np, "init,ddp")
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")

@@ -72,7 +72,14 @@ TEST(ConnectStore, RankZeroHostsTheStoreAtTheGivenAddress) {
   d.store_host = "127.0.0.1";
   d.store_port = test::free_port();
   d.rank0_hosts_store = true;
-  EXPECT_EQ(run_ranks(d), 1);
+  // Not handed out: it stays for the process, for a later init() after shutdown.
+  EXPECT_EQ(run_ranks(d), 0);
+  ASSERT_NE(named_port_store(), nullptr);
+  EXPECT_EQ(named_port_store()->port(), d.store_port);
+  // A second job in the same process (shutdown, init) finds the same store.
+  const StoreServer* first = named_port_store();
+  EXPECT_EQ(run_ranks(d), 0);
+  EXPECT_EQ(named_port_store(), first);
 }
 
 TEST(ConnectStore, LauncherHostedStoreIsOnlyConnectedTo) {

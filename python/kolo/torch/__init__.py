@@ -17,7 +17,7 @@ from kolo.torch.collectives import (
     grouped_allreduce_async, grouped_allreduce_async_, grouped_allreduce_,
     allgather_async, grouped_allgather_async,
     broadcast_async, broadcast_async_, broadcast_,
-    alltoall_async, reducescatter_async, grouped_reducescatter_async,
+    alltoall_async, reducescatter_async, grouped_reducescatter_async, sparse_allreduce_async,
     barrier, poll, synchronize)
 from kolo.torch.autograd import (allreduce, grouped_allreduce, allgather, grouped_allgather,
                                  broadcast, alltoall, reducescatter, grouped_reducescatter)

@@ -1,13 +1,15 @@
 """The differentiable collectives (torch.autograd.Function), as in Horovod.
 
-Gradients are those of the sum over ranks of each rank's loss, the
-convention of Horovod's own backward passes:
-  allreduce(x, Sum)      -> allreduce(grad, Sum)
-  allreduce(x, Average)  -> allreduce(grad, Average)
-  allgather(x)           -> this rank's rows of allreduce(grad, Sum)
-  broadcast(x, root)     -> allreduce(grad, Sum) on root, zeros elsewhere
+The backward passes are Horovod's own (horovod/torch/mpi_ops.py), so a
+program written for Horovod computes the same gradients on kolo:
+  allreduce(x, op)       -> allreduce(grad, op) with the same scale factors
+  allgather(x)           -> this rank's rows of allreduce(grad, Average)
+  broadcast(x, root)     -> allreduce(grad, Average) on root, zeros elsewhere
   alltoall(x, splits)    -> alltoall(grad, received_splits)
-  reducescatter(x, Sum)  -> allgather(grad) (Average: divided by size)
+  reducescatter(x, op)   -> allgather(grad * prescale * postscale), times
+                            size for op=Sum (Average: not divided)
+Note that allgather's and broadcast's are averages over ranks, not the
+gradient of the sum of the ranks' losses (a factor of size apart).
 Min/Max/Product have no gradient here (an error names them). The backward
 collectives are issued in backward order, which is the same on every rank
 for the same graph — kolo matches them by call order.
@@ -22,7 +24,7 @@ from kolo.basics import comm, error, rank
 from kolo.process_sets import follows_process_set, with_process_set
 from kolo.torch import collectives as col
 from kolo.torch.compression import Compression
-from kolo.torch.dtypes import Average, Sum, op_code
+from kolo.torch.dtypes import Average, op_code
 
 
 def _needs_grad(t):
@@ -93,7 +95,7 @@ class _Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        summed = col.allreduce_nograd(grad.contiguous(), Sum, what="allgather backward")
+        summed = col.allreduce_nograd(grad.contiguous(), Average, what="allgather backward")
         rows = col.allgather_nograd(torch.tensor([ctx.rows], dtype=torch.int64))
         offset = int(rows[:comm().rank()].sum())
         g = summed.narrow(0, offset, ctx.rows)
@@ -122,7 +124,7 @@ class _Broadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = col.allreduce_nograd(grad.contiguous(), Sum, what="broadcast backward")
+        g = col.allreduce_nograd(grad.contiguous(), Average, what="broadcast backward")
         if rank() != ctx.root:  # root_rank is a global rank, also in a process set
             g.zero_()
         return g, None, None
@@ -175,7 +177,7 @@ class _Reducescatter(torch.autograd.Function):
     def backward(ctx, grad):
         code = _grad_op("reducescatter backward", ctx.op)
         g = col.allgather_nograd(grad.contiguous())
-        scale = ctx.pre * ctx.post / (comm().size() if code == _C.AVERAGE else 1)
+        scale = ctx.pre * ctx.post * (comm().size() if code == _C.SUM else 1)
         return (g * scale if scale != 1 else g), None, None, None, None
 
 

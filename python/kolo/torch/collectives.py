@@ -29,11 +29,16 @@ def resolve_op(what, average, op, default=Average):
 
 
 def _scale(what, t, factor, kind):
-    """t * factor as a new tensor (factor 1: t itself)."""
+    """t * factor as a new tensor of t's dtype (factor 1: t itself), as Horovod
+    scales: integers in float64, then truncated back; f16/bf16 in float32."""
     if factor == 1.0:
         return t
-    if not (t.is_floating_point()):
-        raise TypeError(error(what, f"{kind}={factor} needs a floating tensor, not {t.dtype}"))
+    if t.dtype == torch.bool:
+        raise TypeError(error(what, f"{kind}={factor} cannot scale a bool tensor"))
+    if not t.is_floating_point():
+        return (t.double() * factor).to(t.dtype)
+    if t.element_size() < 4:
+        return (t.float() * factor).to(t.dtype)
     return t * factor
 
 
@@ -66,10 +71,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
             if int_average:
                 output.floor_divide_(c.size())
             if postscale != 1.0:
-                if not output.is_floating_point():
-                    raise TypeError(error(what, f"postscale_factor={postscale} needs a floating "
-                                          f"tensor, not {output.dtype}"))
-                output.mul_(postscale)
+                output.copy_(_scale(what, output, postscale, "postscale_factor"))
             return output
     if blocking:
         c.allreduce(*args)
@@ -172,7 +174,7 @@ def _gather_descriptions(what, t, extra=()):
     """Every rank's description of t; checks dtype and the shape beyond dim 0.
 
     Raises the same error on every rank when they disagree (every rank sees the
-    whole table)."""
+    whole table): kolo.Error, a RuntimeError, as Horovod's HorovodInternalError."""
     c = comm()
     mine = torch.tensor(_describe(t, extra), dtype=torch.int64)
     table = torch.empty(c.size(), mine.numel(), dtype=torch.int64)
@@ -180,10 +182,10 @@ def _gather_descriptions(what, t, extra=()):
     rows = table.tolist()
     for r, row in enumerate(rows):
         if row[0] != rows[0][0]:
-            raise TypeError(error(what, f"ranks disagree on the dtype: rank 0 has "
+            raise _C.Error(error(what, f"ranks disagree on the dtype: rank 0 has "
                                   f"{_INDEX_DTYPE[rows[0][0]]}, rank {r} has {_INDEX_DTYPE[row[0]]}"))
         if row[1] != rows[0][1] or row[3:2 + _MAX_DIMS] != rows[0][3:2 + _MAX_DIMS]:
-            raise ValueError(error(what, "ranks disagree on the shape beyond the first dimension: "
+            raise _C.Error(error(what, "ranks disagree on the shape beyond the first dimension: "
                                    f"rank 0 has {_shape(rows[0])}, rank {r} has {_shape(row)}"))
     return rows
 
@@ -384,6 +386,28 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
                                 postscale_factor=1.0, process_set=None):
     return _grouped([reducescatter_async(t, name, op, prescale_factor, postscale_factor)
                      for t in tensors])
+
+
+# ---- sparse ------------------------------------------------------------------------
+def sparse_allreduce_async(tensor, name, op, process_set=None):
+    """Horovod's sparse allreduce: allgathers of the indices and the values.
+
+    Returns a callable (not an integer handle, as in Horovod) that waits and
+    gives the sparse sum (Average: divided by size) as an uncoalesced tensor."""
+    t = tensor
+    indices = allgather_async(t._indices().transpose(0, 1).contiguous(), name)
+    values = allgather_async(t._values(), name)
+    average = dtypes.op_code("sparse_allreduce_async", op) == _C.AVERAGE
+
+    def handle():
+        v = synchronize(values)
+        i = synchronize(indices)
+        if average:
+            v = v / comm().size()
+        if i.dim() == 0 or v.dim() == 0:
+            return t.new().resize_as_(t)
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, t.size())
+    return handle
 
 
 # ---- the rest ----------------------------------------------------------------------

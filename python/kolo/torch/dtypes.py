@@ -50,9 +50,9 @@ Adasum = ReduceOp(-1, "Adasum")  # no kolo counterpart: passing it is an error
 
 
 def op_code(what, op):
-    if op is Adasum:
-        raise ValueError(error(what, "op Adasum is not supported by kolo; "
-                               "use Average, Sum, Min, Max or Product"))
+    if op is Adasum:  # by design (README): NotImplementedError, a RuntimeError as Horovod's
+        raise NotImplementedError(error(what, "op Adasum is not supported by kolo; "
+                                        "use Average, Sum, Min, Max or Product"))
     try:
         code = int(op)
     except (TypeError, ValueError):

@@ -26,7 +26,7 @@ def _check_same_everywhere(what, description):
     c.allgather(mine.data_ptr(), every.data_ptr(), 1, _C.I64)
     differ = [r for r, d in enumerate(every.tolist()) if d != every[0].item()]
     if differ:
-        raise ValueError(error(what, f"the parameters differ between ranks (names, shapes or dtypes): "
+        raise _C.Error(error(what, f"the parameters differ between ranks (names, shapes or dtypes): "
                                f"rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} "
                                "differ from rank 0"))
 
@@ -103,6 +103,24 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
     The whole state_dict travels as one pickled object, so any optimizer and
     any state (momentum buffers, step counters, lr) works, whether or not
     the other ranks have stepped yet."""
+    _initialize_state(optimizer)
     state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None, root_rank)
     if rank() != root_rank:
         optimizer.load_state_dict(state)
+
+
+def _initialize_state(optimizer):
+    """As Horovod does: a new optimizer (no state yet) takes one local step on
+    zero gradients, so that its state (momentum buffers...) exists and every
+    parameter that requires a gradient has one (zeros) afterwards; a
+    DistributedOptimizer takes it without synchronizing (no collective)."""
+    if optimizer.state_dict()["state"] or isinstance(optimizer, torch.optim.LBFGS):
+        return
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    if hasattr(optimizer, "skip_synchronize"):
+        super(optimizer.__class__, optimizer).step()
+    else:
+        optimizer.step()

@@ -118,6 +118,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
         all_params = [p for g in self.param_groups for p in g["params"]]
         self._names = self._name_parameters(named_parameters, all_params)
+        self._parameter_names = self._names  # Horovod's attribute: {parameter: name}
         self._params = [p for p in all_params if p.requires_grad]
         for p in self._params:
             dtypes.check_tensor(what, p, self._names.get(p))
@@ -128,7 +129,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._bucket_of = {p: b for b in self._buckets for p in b.params}
         self._flag = torch.zeros(1, dtype=torch.int32)
         self._flag_work = None
-        self._rounds = 0  # steps this rank took part in as an active rank
+        self._rounds = 0  # steps this rank took part in as an active rank since the last join()
         self._should_synchronize = True
         self._synchronized = False
         self._reset_round()
@@ -144,8 +145,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     # ---- set-up ------------------------------------------------------------------
     def _name_parameters(self, named_parameters, all_params):
-        if named_parameters is None:
-            return {p: f"allreduce.noname.{i}" for i, p in enumerate(all_params)}
+        if named_parameters is None:  # Horovod's names: group i, parameter j
+            return {p: f"allreduce.noname.{i}.{j}" for i, g in enumerate(self.param_groups)
+                    for j, p in enumerate(g["params"])}
         named = list(named_parameters)
         if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
             raise ValueError(error(self._what, "named_parameters must be (name, parameter) pairs, "
@@ -226,9 +228,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     view.zero_()
                     continue
                 if g.is_sparse:
-                    if not self._sparse_as_dense:
-                        raise ValueError(error(self._what, f"the gradient of '{self._names.get(p)}' "
-                                               "is sparse; pass sparse_as_dense=True"))
+                    # Reduced densely whether or not sparse_as_dense is set: the
+                    # same sums as Horovod's allgather of indices and values
+                    # (sparse_allreduce_async), and the same on every rank
+                    # whatever its gradient's sparsity; written back sparse.
                     g = g.to_dense()
                 view.copy_(g.reshape(-1))
             if self._predivide != 1.0:
@@ -273,8 +276,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 for p, view in zip(b.params, b.views):
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
-                    elif p.grad.is_sparse:
-                        p.grad = p.grad.to_dense()
+                    elif p.grad.is_sparse:  # as Horovod: a sparse gradient stays sparse
+                        p.grad = view.view_as(p).to_sparse()
+                        continue
                     p.grad.copy_(view.view_as(p.grad))
         self._synchronized = True
 
@@ -299,8 +303,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._should_synchronize:
             if self._synchronized:
                 import warnings
-                warnings.warn("optimizer.step() called without skip_synchronize() after "
-                              "optimizer.synchronize(): the gradients are averaged again")
+                # Horovod's text, word for word (programs and tests match on it).
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
@@ -331,28 +340,47 @@ def join(device=-1, process_set=None):
     """Takes part, with zeros, in the other ranks' DistributedOptimizer steps
     until every rank has joined; returns the (global) rank that joined last.
 
-    Only DistributedOptimizer steps can be mirrored: an active rank that
-    issues another collective while a rank waits in join() gets kolo's
-    mismatch error (on every rank), never a hang. process_set (a kolo
-    extension: Horovod's join has none) joins the ranks of that set, whose
-    optimizer is then the one mirrored."""
+    Only DistributedOptimizer steps can be mirrored (kolo matches collectives
+    by call order, so a joined rank cannot know the shape of another call):
+    an active rank that issues another collective while a rank waits here
+    gets kolo's mismatch error, as Horovod raises for allgather and
+    broadcast; the waiting rank, which rejected that call too, goes on
+    waiting (the communicator remains usable, engine/context.h).
+    process_set (a kolo extension: Horovod's join has none) joins the ranks
+    of that set, whose optimizer is then the one mirrored."""
     c = comm()
     opt = latest_optimizer()
     if opt is not None and (not opt._included or opt._comm() is not c):
         raise RuntimeError(error("join", "the latest DistributedOptimizer runs on another process set "
                                  "than this join()"))
     flag = torch.zeros(1, dtype=torch.int32)
+    waited = 0  # flag rounds this rank spent here, rejected ones included
     while True:
         flag.zero_()
-        c.allreduce(flag.data_ptr(), flag.data_ptr(), 1, _C.I32, _C.SUM)
+        waited += 1
+        try:
+            c.allreduce(flag.data_ptr(), flag.data_ptr(), 1, _C.I32, _C.SUM)
+        except _C.Error as e:
+            if REJECTED not in str(e):
+                raise
+            continue
         if int(flag[0]) == 0:
             break
         if opt is None:
             raise RuntimeError(error("join", "other ranks are stepping a DistributedOptimizer, "
                                      "but this rank has none to mirror"))
         opt.mirror_step()
-    rounds = torch.tensor([opt._rounds if opt is not None else 0], dtype=torch.int64)
-    every = torch.empty(c.size(), dtype=torch.int64)
-    c.allgather(rounds.data_ptr(), every.data_ptr(), 1, _C.I64)
-    most = int(every.max())
-    return c.world_ranks()[max(r for r, n in enumerate(every.tolist()) if n == most)]
+    # The last to join stepped the most (since the previous join) and then
+    # waited the fewest rounds.
+    mine = torch.tensor([opt._rounds if opt is not None else 0, -waited], dtype=torch.int64)
+    if opt is not None:
+        opt._rounds = 0
+    every = torch.empty(c.size(), 2, dtype=torch.int64)
+    c.allgather(mine.data_ptr(), every.data_ptr(), 2, _C.I64)
+    keys = [tuple(row) for row in every.tolist()]
+    last = max(keys)
+    return c.world_ranks()[max(r for r, k in enumerate(keys) if k == last)]
+
+
+# The end of the text of an error that every rank rejected (src/engine/context.cc).
+REJECTED = "the communicator remains usable"

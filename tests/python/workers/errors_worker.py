@@ -1,8 +1,14 @@
 """Every refused input raises on every rank with a message naming the rank
 and the problem; mismatched calls get kolo's mismatch error on every rank,
-never a hang. Run under kolorun with 2 or more ranks."""
+never a hang. Run under kolorun with 2 or more ranks.
+
+argv[1]: "usable" — every rank catches each mismatch at the fingerprint
+check (one host, shared memory), so the communicator must remain usable;
+"either" — (TCP) a rank may only see a peer fail, and then every rank must
+find the communicator unusable."""
 import os
 import sys
+import time
 
 import torch
 
@@ -57,15 +63,15 @@ def local_errors():
                lambda: hvd.allreduce(torch.zeros(2, dtype=dtype)), f"{dtype}")
     raises(TypeError, ["alltoall", "torch.complex64"],
            lambda: hvd.alltoall(torch.zeros(N, dtype=torch.complex64)), "complex alltoall")
-    raises(ValueError, ["allreduce", "Adasum", "not supported"],
+    raises(NotImplementedError, ["allreduce", "Adasum", "not supported"],
            lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum), "Adasum")
     raises(ValueError, ["allreduce", "op 42 is not supported"],
            lambda: hvd.allreduce(torch.ones(2), op=42), "op 42")
     raises(TypeError, ["op Average is not defined for bool"],
            lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool)), "bool average")
-    raises(TypeError, ["prescale_factor=0.5 needs a floating tensor"],
-           lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Sum, prescale_factor=0.5),
-           "integer prescale")
+    raises(TypeError, ["prescale_factor=0.5 cannot scale a bool tensor"],
+           lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool), op=hvd.Sum, prescale_factor=0.5),
+           "bool prescale")
     model = torch.nn.Linear(2, 2)
     raises(ValueError, ["DistributedOptimizer", "op Max is not supported"],
            lambda: hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1), op=hvd.Max),
@@ -76,28 +82,59 @@ def local_errors():
 
 def agreed_errors():
     """Errors found by comparing every rank's description: the same on every rank."""
-    raises(ValueError, ["allgather", "ranks disagree on the shape beyond the first dimension",
+    # kolo.Error is a RuntimeError, as Horovod's HorovodInternalError
+    raises(hvd.HorovodInternalError, ["allgather", "ranks disagree on the shape beyond the first dimension",
                         "rank 0 has (1, 1), rank 1 has (1, 2)"],
            lambda: hvd.allgather(torch.zeros(1, R + 1)), "allgather trailing shape")
-    raises(TypeError, ["allgather", "ranks disagree on the dtype", "rank 0 has torch.float32",
+    raises(RuntimeError, ["allgather", "ranks disagree on the dtype", "rank 0 has torch.float32",
                        "rank 1 has torch.float64"],
            lambda: hvd.allgather(torch.zeros(2, dtype=torch.float32 if R == 0 else torch.float64)),
            "allgather dtype")
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2 if R == 0 else 3)
-    raises(ValueError, ["broadcast_parameters", "the parameters differ between ranks",
+    raises(RuntimeError, ["broadcast_parameters", "the parameters differ between ranks",
                         "differ from rank 0"],
            lambda: hvd.broadcast_parameters(model.state_dict(), 0), "broadcast_parameters models")
     # the communicator is still usable after all of these
     check(hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N, "usable after refused inputs")
 
 
+MODE = sys.argv[1]
+calls = 0  # correct collectives after a mismatch, to tell the ranks' values apart
+
+
+def correct_collectives():
+    """Blocking and asynchronous collectives on the communicator give exact results."""
+    global calls
+    calls += 1
+    x = torch.full((1000,), float(R + calls))
+    got = hvd.allreduce(x, op=hvd.Sum)
+    want = float(sum(r + calls for r in range(N)))
+    check(bool((got == want).all()), f"allreduce after a mismatch: {got[:3]} vs {want}")
+    h = hvd.allgather_async(torch.full((R + 1, 2), float(R)))
+    g = hvd.synchronize(h)
+    check(g.tolist() == [[float(r)] * 2 for r in range(N) for _ in range(r + 1)],
+          f"allgather after a mismatch: {g.tolist()}")
+    b = hvd.broadcast(torch.full((3,), float(R + calls)), N - 1)
+    check(b.tolist() == [float(N - 1 + calls)] * 3, f"broadcast after a mismatch: {b.tolist()}")
+
+
 def mismatch(what, fn, fragments):
-    """A kolo mismatch: every rank raises KoloError; the communicator is
-    then unusable, so shut it down and join again."""
-    raises(hvd.KoloError, ["mismatched collectives"] + fragments, fn, what)
+    """A kolo mismatch: every rank raises kolo.Error (a RuntimeError). Where
+    every rank caught it at the check the communicator remains usable;
+    otherwise it is unusable on every rank until shutdown() and init()."""
+    text = raises(RuntimeError, ["mismatched collectives"] + fragments, fn, what)
+    usable = "the communicator remains usable" in (text or "")
+    if MODE == "usable":
+        check(usable, f"{what}: the communicator should remain usable: {text!r}")
+    if usable:
+        correct_collectives()
+        return
+    raises(RuntimeError, ["communicator is unusable after an earlier failure", "mismatched"],
+           lambda: hvd.allreduce(torch.ones(1)), f"{what}: the next call")
     hvd.shutdown()
     hvd.init()
+    correct_collectives()
 
 
 local_errors()
@@ -110,5 +147,17 @@ mismatch("allreduce of different dtypes",
 mismatch("different collectives",
          lambda: hvd.allreduce(torch.zeros(4)) if R == 0 else hvd.broadcast(torch.zeros(4), 0),
          ["allreduce(f32, 4", "broadcast(f32, 4, root=0)"])
+if MODE == "usable":  # over TCP two roots that receive nothing see nothing until the next call
+    mismatch("broadcast from different roots (asynchronous)",
+             lambda: hvd.synchronize(hvd.broadcast_async(torch.zeros(4), min(R, 1))),
+             ["broadcast(f32, 4, root=0)", "broadcast(f32, 4, root=1)"])
+# and shutdown() + init() of a healthy communicator, twice; rank 0 late to
+# shut down (the others init() again first: a store rank 0 hosts must hold)
+for _ in range(2):
+    if R == 0:
+        time.sleep(0.5)
+    hvd.shutdown()
+    hvd.init()
+    correct_collectives()
 check(hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N, "a new communicator after shutdown()")
 done(f"errors rank {R} of {N}")

@@ -152,6 +152,27 @@ def mode_join():
           f"{(mine - want).abs().max()}")
     hvd.broadcast_parameters(model.state_dict(), root_rank=N - 1)
     check(close(params(model), snapshots[-1], 1e-10), "after broadcasting the last rank's model")
+    if N > 1 and os.environ.get("KOLO_TRANSPORT") == "shm":
+        join_then_allgather()
+
+
+def join_then_allgather():
+    """As Horovod: an allgather against a joined rank is an error on the rank
+    that issued it; the joined rank goes on waiting, the other joins later,
+    and join() returns the last rank to join (no optimizer steps here)."""
+    for first in range(N):
+        if R == first:
+            last = hvd.join()
+        else:
+            try:
+                hvd.allgather(torch.ones(2, 3))
+                check(False, "allgather against a joined rank did not raise")
+            except RuntimeError as e:
+                check("mismatched collectives" in str(e), f"allgather against join: {e}")
+            last = hvd.join()
+        check(last != first, f"join returned {last}, the rank that joined first")
+        every = hvd.allgather_object(last)
+        check(every == [last] * N, f"join returned {every} on the ranks")
 
 
 def mode_kill():
