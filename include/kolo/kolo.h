@@ -163,7 +163,8 @@ class Communicator {
   // torch.distributed's new_group creates a group on its members alone).
   // `name` tells this group's store keys from every other group's: the
   // members pass the same name, and no other group of this communicator may
-  // have had it. The members check that they passed the same list.
+  // have had it. Members that pass different lists do not meet: their
+  // rendezvous times out (KOLO_RENDEZVOUS_TIMEOUT_MS) naming the ranks missing.
   Communicator group(const std::vector<int>& ranks, const std::string& name);
   // The world rank (kolo::init()'s communicator) of each rank of this one.
   std::vector<int> world_ranks() const;

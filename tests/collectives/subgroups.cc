@@ -13,7 +13,9 @@
 //     Each group checks its transport: KOLO_TRANSPORT=tcp gives tcp; else
 //     members on one host share memory, members on several hosts use the
 //     hierarchy where a host has two of them, TCP otherwise (--hosts gives
-//     each world rank's emulated host, as as_host.sh sets it).
+//     each world rank's emulated host, as as_host.sh sets it). Last, groups
+//     formed by their members alone (Communicator::group): {5, 1} and
+//     {0, 3, 4}, while world rank 2 calls nothing.
 //   kolo_subgroups mismatch                         (4 ranks)
 //     world rank 0 stays out of group {1, 2, 3}; inside it, group rank 1
 //     (world rank 2) calls broadcast where the others call allreduce: each
@@ -163,6 +165,14 @@ void groups(kolo::Communicator& world, const std::vector<std::string>& host_of) 
     }
     exercise(g, members, fmt::format("group {} after nesting", members));
   }
+  // Members only (torch's new_group): {5, 1} and {0, 3, 4} form their groups
+  // with no call on rank 2, which goes straight to the world barrier.
+  if (r != 2) {
+    const std::vector<int> members = (r == 5 || r == 1) ? std::vector<int>{5, 1} : std::vector<int>{0, 3, 4};
+    kolo::Communicator m = world.group(members, r == 5 || r == 1 ? "pair" : "trio");
+    expect(m.valid() && m.size() == static_cast<int>(members.size()), "members-only group size");
+    exercise(m, members, fmt::format("members-only group {}", members));
+  }
   world.barrier();
   world_check(world, "after the groups");
 }
@@ -206,6 +216,7 @@ void mismatch(kolo::Communicator& world) {
   const std::string e = error_of([&] { world.subgroup(list); });
   expect(has(e, "subgroup: rank ") && has(e, "passed another list of ranks than"), "different lists: " + e);
   world_check(world, "after the different lists");
+
 }
 
 }  // namespace

@@ -145,6 +145,22 @@ class ProcessGroupKolo(dist.ProcessGroup):
     def _submit(self, what, kolo_work, value, finish=None, keep=()):
         return self._completer.submit(what, kolo_work, value, finish, keep)
 
+    def _check_pairs(self, what, outputs, inputs, wide, narrow):
+        """The coalesced single-tensor ops: as many outputs as inputs, one
+        dtype, and each tensor of `wide` holding ranks x its partner in
+        `narrow`. False when there is nothing to do."""
+        if len(outputs) != len(inputs):
+            raise ValueError(error(what, f"{len(outputs)} outputs for {len(inputs)} inputs"))
+        if not inputs:
+            return False
+        _check(what, inputs, like=inputs[0], name="input tensor")
+        _check(what, outputs, like=inputs[0], name="output tensor")
+        for w, n in zip(wide, narrow):
+            if w.numel() != self.size() * n.numel():
+                raise ValueError(error(what, f"a tensor of {w.numel()} elements must hold {self.size()} x "
+                                       f"{n.numel()} (ranks x its partner's elements)"))
+        return True
+
     def _root(self, what, root):
         if not 0 <= root < self.size():
             raise ValueError(error(what, f"root rank {root} is not in 0..{self.size() - 1}"))
@@ -221,16 +237,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
         """One reduce-scatter for several (output, input) pairs: rank r's block
         of the concatenation holds block r of every input, in order."""
         what = "reduce_scatter_tensor_coalesced"
-        if len(outputs) != len(inputs):
-            raise ValueError(error(what, f"{len(outputs)} outputs for {len(inputs)} inputs"))
-        if not inputs:
+        if not self._check_pairs(what, outputs, inputs, wide=inputs, narrow=outputs):
             return self._submit(what, None, outputs)
-        _check(what, inputs, like=inputs[0], name="input tensor")
-        _check(what, outputs, like=inputs[0], name="output tensor")
-        for i, o in zip(inputs, outputs):
-            if i.numel() != self.size() * o.numel():
-                raise ValueError(error(what, f"an input holds {i.numel()} elements; it must hold "
-                                       f"{self.size()} x {o.numel()} (ranks x its output's elements)"))
         flat = torch.cat([i.reshape(self.size(), -1) for i in inputs], dim=1).reshape(-1)
         counts = [o.numel() for o in outputs]
         buf, code, op, _ = _reduction_buffer(what, flat, _op_code(what, opts))
@@ -297,16 +305,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         """One allgather of the concatenated inputs; output k gets input k of every rank."""
         what = "all_gather_into_tensor_coalesced"
-        if len(outputs) != len(inputs):
-            raise ValueError(error(what, f"{len(outputs)} outputs for {len(inputs)} inputs"))
-        if not inputs:
+        if not self._check_pairs(what, outputs, inputs, wide=outputs, narrow=inputs):
             return self._submit(what, None, outputs)
-        _check(what, inputs, like=inputs[0], name="input tensor")
-        _check(what, outputs, like=inputs[0], name="output tensor")
-        for i, o in zip(inputs, outputs):
-            if o.numel() != self.size() * i.numel():
-                raise ValueError(error(what, f"an output holds {o.numel()} elements; it must hold "
-                                       f"{self.size()} x {i.numel()} (ranks x its input's elements)"))
         flat = torch.cat([i.reshape(-1) for i in inputs])
         staging = torch.empty(self.size(), flat.numel(), dtype=flat.dtype)
         work = self._gather_into(what, flat, [flat.numel()] * self.size(), staging)
