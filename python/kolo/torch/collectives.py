@@ -389,21 +389,24 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
 
 
 # ---- sparse ------------------------------------------------------------------------
+@with_process_set
 def sparse_allreduce_async(tensor, name, op, process_set=None):
     """Horovod's sparse allreduce: allgathers of the indices and the values.
 
     Returns a callable (not an integer handle, as in Horovod) that waits and
-    gives the sparse sum (Average: divided by size) as an uncoalesced tensor."""
+    gives the sparse sum (Average: divided by the set's size) as an
+    uncoalesced tensor."""
     t = tensor
     indices = allgather_async(t._indices().transpose(0, 1).contiguous(), name)
     values = allgather_async(t._values(), name)
     average = dtypes.op_code("sparse_allreduce_async", op) == _C.AVERAGE
+    size = comm().size()  # the process set's, while this call runs on it
 
     def handle():
         v = synchronize(values)
         i = synchronize(indices)
         if average:
-            v = v / comm().size()
+            v = v / size
         if i.dim() == 0 or v.dim() == 0:
             return t.new().resize_as_(t)
         return torch.sparse_coo_tensor(i.transpose(0, 1), v, t.size())

@@ -65,6 +65,10 @@ def collectives(ps):
     t = mine.clone()
     check(torch.equal(hvd.synchronize(hvd.allreduce_async_(t, op=hvd.Sum, process_set=ps)), total) and
           torch.equal(t, total), "allreduce_async_")
+    sparse = torch.sparse_coo_tensor([[R % 3, 4]], [float(R), 1.0], (6,))
+    got = hvd.sparse_allreduce_async(sparse, "sparse", hvd.Average, process_set=ps)().to_dense()
+    want = sum(torch.sparse_coo_tensor([[q % 3, 4]], [float(q), 1.0], (6,)).to_dense() for q in members) / 2
+    check(torch.equal(got, want), f"sparse_allreduce_async average {got.tolist()}")
     outs = hvd.grouped_allreduce([mine, 2 * mine], op=hvd.Sum, process_set=ps)
     check(torch.equal(outs[0], total) and torch.equal(outs[1], 2 * total), "grouped_allreduce")
     outs = hvd.synchronize(hvd.grouped_allreduce_async([mine], op=hvd.Sum, process_set=ps))
