@@ -20,7 +20,9 @@ A comm hook such as PowerSGD issues its next allreduce inside such a callback
 and waits for that allreduce's future there; the completion thread cannot
 complete it while it runs the callback. So a collective issued on the
 completion thread starts a new completion thread for the queue, and the old
-one ends when its callback returns (works complete in issue order still).
+one ends when its callback returns. kolo still runs the collectives in issue
+order; only a later work's future may complete while an earlier work's
+callback is still running, as with backends that complete on several threads.
 
 Why one thread, and why wait() does not wait for it: kolo runs collectives in
 issue order, so waiting for them in that order on one thread completes each
