@@ -111,7 +111,7 @@ std::string Communicator::transport() const {
 
 // ---- allreduce ----------------------------------------------------------------
 static auto allreduce_op(detail::Context& c, const void* in, void* out, std::size_t count, DType t,
-                         Op op) {
+                         Op op, const std::vector<std::int64_t>& shape) {
   const char* what = "allreduce";
   check_dtype_op(what, t, op, true);
   const std::size_t bytes = checked_bytes(what, count, t, 1);
@@ -121,37 +121,39 @@ static auto allreduce_op(detail::Context& c, const void* in, void* out, std::siz
     fail("{}: input and output overlap without being the same buffer", what);
   in = nonnull(in);
   out = nonnull(out);
-  return collective(c, fingerprint(Kind::Allreduce, t, count, op),
+  return collective(c, with_shape(fingerprint(Kind::Allreduce, t, count, op), shape),
                     [&c, in, out, count, t, op] { c.backend->allreduce(in, out, count, t, op); });
 }
 
-void Communicator::allreduce(const void* in, void* out, std::size_t count, DType t, Op op) {
+void Communicator::allreduce(const void* in, void* out, std::size_t count, DType t, Op op, const std::vector<std::int64_t>& shape) {
   auto& c = ctx_of(ctx_);
-  c.engine.run(allreduce_op(c, in, out, count, t, op));
+  c.engine.run(allreduce_op(c, in, out, count, t, op, shape));
 }
-Work Communicator::allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op) {
+Work Communicator::allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op,
+                                   const std::vector<std::int64_t>& shape) {
   auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit(allreduce_op(c, in, out, count, t, op)));
+  return c.make_work(c.engine.submit(allreduce_op(c, in, out, count, t, op, shape)));
 }
 
 // ---- broadcast ----------------------------------------------------------------
-static auto broadcast_op(detail::Context& c, void* data, std::size_t count, DType t, int root) {
+static auto broadcast_op(detail::Context& c, void* data, std::size_t count, DType t, int root,
+                         const std::vector<std::int64_t>& shape) {
   const char* what = "broadcast";
   check_dtype_op(what, t, Op::Sum, false);
   check_root(what, root, c.size);
   check_buffer(what, "data", data, checked_bytes(what, count, t, 1));
   data = nonnull(data);
-  return collective(c, fingerprint(Kind::Broadcast, t, count, Op::Sum, root),
+  return collective(c, with_shape(fingerprint(Kind::Broadcast, t, count, Op::Sum, root), shape),
                     [&c, data, count, t, root] { c.backend->broadcast(data, count, t, root); });
 }
 
-void Communicator::broadcast(void* data, std::size_t count, DType t, int root) {
+void Communicator::broadcast(void* data, std::size_t count, DType t, int root, const std::vector<std::int64_t>& shape) {
   auto& c = ctx_of(ctx_);
-  c.engine.run(broadcast_op(c, data, count, t, root));
+  c.engine.run(broadcast_op(c, data, count, t, root, shape));
 }
-Work Communicator::broadcast_async(void* data, std::size_t count, DType t, int root) {
+Work Communicator::broadcast_async(void* data, std::size_t count, DType t, int root, const std::vector<std::int64_t>& shape) {
   auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit(broadcast_op(c, data, count, t, root)));
+  return c.make_work(c.engine.submit(broadcast_op(c, data, count, t, root, shape)));
 }
 
 // ---- allgather(v) -------------------------------------------------------------
@@ -204,7 +206,7 @@ Work Communicator::allgatherv_async(const void* in, void* out,
 
 // ---- reduce-scatter -----------------------------------------------------------
 static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std::size_t count,
-                              DType t, Op op) {
+                              DType t, Op op, const std::vector<std::int64_t>& shape) {
   const char* what = "reduce_scatter";
   check_dtype_op(what, t, op, true);
   const std::size_t total = checked_bytes(what, count, t, c.size), block = total / c.size;
@@ -216,18 +218,19 @@ static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std
          what, c.rank);
   in = nonnull(in);
   out = nonnull(out);
-  return collective(c, fingerprint(Kind::ReduceScatter, t, count, op),
+  return collective(c, with_shape(fingerprint(Kind::ReduceScatter, t, count, op), shape),
                     [&c, in, out, count, t, op] { c.backend->reduce_scatter(in, out, count, t, op); });
 }
 
-void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) {
+void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op,
+                                  const std::vector<std::int64_t>& shape) {
   auto& c = ctx_of(ctx_);
-  c.engine.run(reduce_scatter_op(c, in, out, count, t, op));
+  c.engine.run(reduce_scatter_op(c, in, out, count, t, op, shape));
 }
 Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count, DType t,
-                                        Op op) {
+                                        Op op, const std::vector<std::int64_t>& shape) {
   auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit(reduce_scatter_op(c, in, out, count, t, op)));
+  return c.make_work(c.engine.submit(reduce_scatter_op(c, in, out, count, t, op, shape)));
 }
 
 // ---- alltoall -----------------------------------------------------------------

@@ -30,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "torch"))
-from compare import ANCHORS, machine, reporter, run, run_pair, save  # noqa: E402  (bench/torch/compare.py)
+from compare import ANCHORS, machine, reporter, run, run_pair, save, torch_of  # noqa: E402  (bench/torch/compare.py)
 
 
 def main():
@@ -41,6 +41,8 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--models", default="cnn,mlp")
     ap.add_argument("--ranks", default="1,2")
+    ap.add_argument("--python", default="/usr/bin/python3",
+                    help="the Python (and so the torch) of every rank, e.g. a venv of scripts/install-torch.sh")
     ap.add_argument("--out")
     a = ap.parse_args()
     kolorun = os.path.join(a.build, "tools", "kolorun", "kolorun")
@@ -52,15 +54,16 @@ def main():
 
     def ddp(backend, model, n):
         e = dict(env, MODEL=model, BACKEND=backend)
-        return run([f"{ANCHORS}/launch_torch.sh", str(n), "/usr/bin/python3",
+        return run([f"{ANCHORS}/launch_torch.sh", str(n), a.python,
                     f"{ANCHORS}/ddp_fashion_mnist.py"], e)[0]
 
     def hvd(model, n):
-        return run([kolorun, "-np", str(n), "/usr/bin/python3", os.path.join(HERE, "horovod_step.py")],
+        return run([kolorun, "-np", str(n), a.python, os.path.join(HERE, "horovod_step.py")],
                    dict(env, MODEL=model))[0]
 
     say("# DDP on backend kolo vs gloo (same program), and kolo's Horovod API; Fashion-MNIST step")
     say(f"# machine: {machine()}")
+    say(f"# {torch_of(a.python)}")
     say(f"# date: {time.strftime('%Y-%m-%d %H:%M:%S')}, load average at start: {os.getloadavg()[0]:.2f}")
     say(f"# batch {a.batch}/rank, 1 thread/rank, {a.reps} alternating repetitions of {a.steps} timed steps; medians")
     tunables = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("MALLOC_"))
@@ -68,7 +71,7 @@ def main():
     say()
     def ceiling(model):
         e = dict(env, MODEL=model, BACKEND="gloo")
-        return run_pair([f"{ANCHORS}/launch_torch.sh", "1", "/usr/bin/python3", f"{ANCHORS}/ddp_fashion_mnist.py"], e)
+        return run_pair([f"{ANCHORS}/launch_torch.sh", "1", a.python, f"{ANCHORS}/ddp_fashion_mnist.py"], e)
 
     say(f"{'model':5} {'ranks':>5} {'gloo':>8} {'kolo':>8} {'hvd':>8} {'ceiling':>8} {'kolo/gloo':>10} "
         f"{'hvd/gloo':>9} {'ceiling/gloo':>13}   runs (gloo | kolo | hvd | ceiling)")

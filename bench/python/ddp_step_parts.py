@@ -108,18 +108,20 @@ def parse(out, cmd):
 
 
 def driver():
-    from compare import ANCHORS, machine, reporter, finish
+    from compare import ANCHORS, machine, reporter, finish, torch_of
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--models", default="cnn,mlp")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--python", default="/usr/bin/python3",
+                    help="the Python (and so the torch) of every rank, e.g. a venv of scripts/install-torch.sh")
     ap.add_argument("--out")
     a = ap.parse_args()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", STEPS=str(a.steps), BATCH="32",
                PYTHONPATH=os.path.abspath(os.path.join(a.build, "python")) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     launch = [f"{ANCHORS}/launch_torch.sh"]
-    me = ["/usr/bin/python3", os.path.abspath(__file__)]
+    me = [a.python, os.path.abspath(__file__)]
 
     def run(n, e, copies=1):
         """copies independent launches of n ranks at once; rank 0's phases, averaged over copies."""
@@ -132,6 +134,7 @@ def driver():
     say, lines = reporter()
     say("# Where a 2-rank DDP step's time goes (bench/python/ddp_step_parts.py)")
     say(f"# machine: {machine()}")
+    say(f"# {torch_of(a.python)}")
     say(f"# date: {time.strftime('%Y-%m-%d %H:%M:%S')}, load average at start: {os.getloadavg()[0]:.2f}")
     tunables = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("MALLOC_"))
     say(f"# batch 32/rank, 1 thread/rank, {a.steps} timed steps, medians of {a.reps} rounds (rotating order); "

@@ -64,10 +64,12 @@ def main():
     ap.add_argument("--calls", type=int, default=10000)
     ap.add_argument("--big-iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--python", default="/usr/bin/python3",
+                    help="the Python (and so the torch) of every rank, e.g. a venv of scripts/install-torch.sh")
     ap.add_argument("--out")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(HERE, "..", "torch"))
-    from compare import machine  # bench/torch/compare.py
+    from compare import machine, torch_of  # bench/torch/compare.py
     kolorun = os.path.join(a.build, "tools", "kolorun", "kolorun")
     bench = os.path.join(a.build, "tools", "kolo-bench", "kolo-bench")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
@@ -86,7 +88,7 @@ def main():
         return float(re.search(rf"^kolo n=\d+ bytes={size} time_us=([\d.]+)", out, re.M).group(1))
 
     def python_side():
-        out = launch(["/usr/bin/python3", os.path.abspath(__file__), "--rank-side", str(a.calls),
+        out = launch([a.python, os.path.abspath(__file__), "--rank-side", str(a.calls),
                       str(a.big_iters)])
         return {m.group(1): float(m.group(2)) for m in re.finditer(r"^case=(\S+) .*median_us=([\d.]+)", out, re.M)}
 
@@ -97,6 +99,7 @@ def main():
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     lines = [f"# kolo.torch Python overhead, {a.np} ranks, {a.reps} alternating rounds; medians",
              f"# machine: {machine()}",
+             f"# {torch_of(a.python)}",
              f"# date: {time.strftime('%Y-%m-%d %H:%M:%S')}, load average: {os.getloadavg()[0]:.2f}",
              f"hvd.allreduce 1 x f32:            {med['hvd.allreduce']:10.2f} us per call (median of {a.calls})",
              f"binding allreduce 1 x f32:        {med['binding_allreduce']:10.2f} us per call",

@@ -32,6 +32,16 @@ def machine():
     return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
 
 
+def torch_of(python):
+    """"torch 2.15.0 (Python 3.11.2, /path/to/python)": which torch a --python runs."""
+    out = subprocess.run([python, "-c", "import platform, torch; print(torch.__version__, platform.python_version())"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{python} cannot import torch:\n{out.stdout}")
+    version, py = out.stdout.split()[-2:]
+    return f"torch {version} (Python {py}, {python})"
+
+
 def reporter():
     """(say, lines): say(s) prints s at once and keeps it in lines, for --out."""
     lines = []

@@ -24,11 +24,12 @@
 //     transport() -> "self"|"shm"|"tcp"|"hier"
 //     valid() -> bool;  close()  (drops this handle's reference; the engine
 //                                 stops once no Work or copy holds it)
-//     allreduce(in_ptr, out_ptr, count, dtype, op)        in_ptr == out_ptr: in place
-//     broadcast(ptr, count, dtype, root)                   in place
+//     allreduce(in_ptr, out_ptr, count, dtype, op, shape=[])   in_ptr == out_ptr: in place
+//     broadcast(ptr, count, dtype, root, shape=[])             in place
 //     allgather(in_ptr, out_ptr, count, dtype)             out holds size*count
 //     allgatherv(in_ptr, out_ptr, counts: list[int], dtype)  counts same on every rank
-//     reduce_scatter(in_ptr, out_ptr, count, dtype, op)    in holds size*count
+//     reduce_scatter(in_ptr, out_ptr, count, dtype, op, shape=[])   in holds size*count
+//       shape: the tensor's shape, checked across ranks with the call (kolo.h)
 //     alltoall(in_ptr, out_ptr, count, dtype)              both hold size*count
 //     barrier()
 //     each also as <name>_async(...) -> Work
@@ -57,10 +58,12 @@
 #include "kolo/kolo.h"
 
 namespace py = pybind11;
+using namespace pybind11::literals;
 
 namespace {
 
 using Ptr = std::uintptr_t;
+using Shape = std::vector<std::int64_t>;  // a tensor's shape, checked with the collective
 using Release = py::call_guard<py::gil_scoped_release>;
 
 const void* cin(Ptr p) { return reinterpret_cast<const void*>(p); }
@@ -133,20 +136,21 @@ PYBIND11_MODULE(_C, m) {
       .def("valid", &C::valid)
       .def("close", [](C& c) { c = C(); }, Release())
       .def("allreduce",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r) {
-             c.allreduce(cin(i), out(o), cnt(n), dt(t), op(r));
-           }, Release())
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s) {
+             c.allreduce(cin(i), out(o), cnt(n), dt(t), op(r), s);
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{})
       .def("allreduce_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r) {
-             return c.allreduce_async(cin(i), out(o), cnt(n), dt(t), op(r));
-           }, Release())
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s) {
+             return c.allreduce_async(cin(i), out(o), cnt(n), dt(t), op(r), s);
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{})
       .def("broadcast",
-           [](C& c, Ptr p, std::int64_t n, int t, int root) { c.broadcast(out(p), cnt(n), dt(t), root); },
-           Release())
+           [](C& c, Ptr p, std::int64_t n, int t, int root, const Shape& s) {
+             c.broadcast(out(p), cnt(n), dt(t), root, s);
+           }, Release(), "data"_a, "count"_a, "dtype"_a, "root"_a, "shape"_a = Shape{})
       .def("broadcast_async",
-           [](C& c, Ptr p, std::int64_t n, int t, int root) {
-             return c.broadcast_async(out(p), cnt(n), dt(t), root);
-           }, Release())
+           [](C& c, Ptr p, std::int64_t n, int t, int root, const Shape& s) {
+             return c.broadcast_async(out(p), cnt(n), dt(t), root, s);
+           }, Release(), "data"_a, "count"_a, "dtype"_a, "root"_a, "shape"_a = Shape{})
       .def("allgather",
            [](C& c, Ptr i, Ptr o, std::int64_t n, int t) { c.allgather(cin(i), out(o), cnt(n), dt(t)); },
            Release())
@@ -163,13 +167,13 @@ PYBIND11_MODULE(_C, m) {
              return c.allgatherv_async(cin(i), out(o), counts(ns), dt(t));
            }, Release())
       .def("reduce_scatter",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r) {
-             c.reduce_scatter(cin(i), out(o), cnt(n), dt(t), op(r));
-           }, Release())
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s) {
+             c.reduce_scatter(cin(i), out(o), cnt(n), dt(t), op(r), s);
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{})
       .def("reduce_scatter_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r) {
-             return c.reduce_scatter_async(cin(i), out(o), cnt(n), dt(t), op(r));
-           }, Release())
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s) {
+             return c.reduce_scatter_async(cin(i), out(o), cnt(n), dt(t), op(r), s);
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{})
       .def("alltoall",
            [](C& c, Ptr i, Ptr o, std::int64_t n, int t) { c.alltoall(cin(i), out(o), cnt(n), dt(t)); },
            Release())

@@ -20,8 +20,12 @@ const char* kind_name(Kind k) {
 }
 }  // namespace
 
-std::string Fingerprint::call() const {
+std::string Fingerprint::call(bool shape) const {
   if (magic != kMagic) return "something that is not a kolo collective";
+  if (shape && kind != Kind::Allgatherv) {
+    std::string text = call();
+    return text.insert(text.size() - 1, fmt::format(", shape hash {:08x}", extra >> 32));
+  }
   switch (kind) {
     case Kind::Barrier: return "barrier()";
     case Kind::Broadcast: return fmt::format("broadcast({}, {}, root={})", dtype_name(dtype), count, root);
@@ -75,21 +79,42 @@ Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts) {
   return f;
 }
 
+Fingerprint with_shape(Fingerprint fp, std::span<const std::int64_t> shape) {
+  if (shape.empty()) return fp;
+  std::uint64_t h = mix(shape.size());
+  for (std::int64_t d : shape) h = mix(h ^ static_cast<std::uint64_t>(d));
+  fp.extra = h | 1;  // never 0, which means "no shape"
+  return fp;
+}
+
+namespace {
+// Two calls that differ in the caller's shape alone: only then does an error
+// show the shapes' hashes (any other difference is the one worth reading).
+bool shapes_differ_alone(const Fingerprint& a, const Fingerprint& b) {
+  Fingerprint x = a, y = b;
+  x.extra = y.extra = 0;
+  return a.kind != Kind::Allgatherv && a.extra != b.extra && x == y;
+}
+}  // namespace
+
 void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, const std::string& me,
                    const Fingerprint& theirs, const std::string& them) {
   if (theirs.magic == Fingerprint::kMagic && previous.seq != 0 && theirs.seq == previous.seq &&
-      !(theirs == previous))
+      !(theirs == previous)) {
+    const bool shape = shapes_differ_alone(theirs, previous);
     fail("mismatched collectives at collective #{}: {} called {} while {} (this rank) "
          "called {} (and went on to #{} {})",
-         previous.seq, them, theirs.call(), me, previous.call(), mine.seq, mine.call());
+         previous.seq, them, theirs.call(shape), me, previous.call(shape), mine.seq, mine.call());
+  }
   if (theirs.magic == Fingerprint::kMagic && theirs.seq != mine.seq)
     fail("collectives out of step: {} is at collective #{} ({}) while {} (this rank) is at #{} ({})",
          them, theirs.seq, theirs.call(), me, mine.seq, mine.call());
   // Both ranks at the same position, before anything either sent was used:
   // the one case a communicator can come back from (engine/context.h).
+  const bool shape = shapes_differ_alone(theirs, mine);
   if (theirs.magic == Fingerprint::kMagic)
     fail_as<MismatchError>("mismatched collectives at collective #{}: {} called {} while {} (this rank) called {}",
-                           mine.seq, them, theirs.call(), me, mine.call());
+                           mine.seq, them, theirs.call(shape), me, mine.call(shape));
   fail("mismatched collectives at collective #{}: {} called {} while {} (this rank) called {}",
        mine.seq, them, theirs.call(), me, mine.call());
 }

@@ -19,7 +19,7 @@ enum class Kind : std::uint8_t { Allreduce, Broadcast, Allgather, Allgatherv, Re
 struct Fingerprint {
   std::uint64_t seq = 0;    // position in this communicator's stream, from 1
   std::uint64_t count = 0;  // elements (allgatherv: the total)
-  std::uint64_t extra = 0;  // allgatherv: a hash of the per-rank counts
+  std::uint64_t extra = 0;  // allgatherv: a hash of the per-rank counts; others: of the caller's shape
   Kind kind = Kind::Barrier;
   DType dtype = DType::U8;
   Op op = Op::Sum;
@@ -33,13 +33,16 @@ struct Fingerprint {
   // different ones differ but with probability 2^-64 (shared memory compares
   // digests, then reads the full fingerprints only to word the error).
   std::uint64_t digest() const;
-  // e.g. "allreduce(f32, 1000, sum)" or "broadcast(f32, 1000, root=0)".
-  std::string call() const;
+  // e.g. "allreduce(f32, 1000, sum)" or "broadcast(f32, 1000, root=0)"; with
+  // shape, "allreduce(f32, 1000, sum, shape hash 1a2b3c4d)".
+  std::string call(bool shape = false) const;
 };
 static_assert(sizeof(Fingerprint) == 40);
 
 Fingerprint fingerprint(Kind k, DType t, std::size_t count, Op op = Op::Sum, int root = -1);
 Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts);
+// fp checked with the caller's tensor shape as well (none: unchanged).
+Fingerprint with_shape(Fingerprint fp, std::span<const std::int64_t> shape);
 
 // Throws the mismatch error: "collective #57: rank 1 called allreduce(f32,
 // 1000, sum) while rank 0 (this rank) called broadcast(f32, 1000, root=0)".

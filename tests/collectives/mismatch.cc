@@ -1,5 +1,5 @@
 // Ranks that disagree about the 6th collective: rank 1 differs in the op,
-// dtype, count, root or reduction (argv[1]), or ("vector") receives a
+// dtype, count, root, reduction or tensor shape (argv[1]), or ("vector") receives a
 // broadcast into a std::vector one element shorter than the other ranks'.
 // Every rank must fail with an error that shows both calls. Prints "caught: <error>" and exits 3 on
 // failure, 0 if the mismatch went unnoticed (which the test treats as a
@@ -105,6 +105,9 @@ int main(int argc, char** argv) {
     } else if (what == "vector") {
       std::vector<float> v(odd ? 999 : 1000);
       comm.broadcast(v, 0);
+    } else if (what == "shape") {  // one count in two shapes, as Horovod's shape check
+      comm.allreduce(f.data(), f.data(), f.size(), kolo::DType::F32, kolo::Op::Sum,
+                     odd ? std::vector<std::int64_t>{10, 100} : std::vector<std::int64_t>{1000});
     } else if (what == "reduction") {
       comm.allreduce(f.data(), f.size(), odd ? kolo::Op::Max : kolo::Op::Sum);
     }

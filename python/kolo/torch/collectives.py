@@ -60,7 +60,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
     else:
         dst = output
     c = comm()
-    args = (src.data_ptr(), dst.data_ptr(), src.numel(), dt, code)
+    args = (src.data_ptr(), dst.data_ptr(), src.numel(), dt, code, tensor.shape)  # shape: as Horovod's check
 
     if dst is output and postscale == 1.0 and not int_average:
         finish = lambda: output  # noqa: E731
@@ -240,7 +240,7 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
         output.copy_(tensor)
     dt, n = move_code(output)
     c = comm()
-    args = (output.data_ptr(), n, dt, root_in_scope(root_rank, what))
+    args = (output.data_ptr(), n, dt, root_in_scope(root_rank, what), output.shape)
     if blocking:
         c.broadcast(*args)
         return output
@@ -352,7 +352,7 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
             padded[r * biggest:r * biggest + split[r]].copy_(piece)
         src = padded
     out = src.new_empty((biggest,) + tail)
-    args = (src.data_ptr(), out.data_ptr(), biggest * per_row, dt, code)
+    args = (src.data_ptr(), out.data_ptr(), biggest * per_row, dt, code, tensor.shape)
 
     def finish():
         res = out[:split[me]]

@@ -31,10 +31,21 @@ backward) never blocks. A thread that calls wait() itself (every blocking
 torch.distributed call) waits on kolo's Work directly and completes the work
 on the spot, whichever thread gets there first: no hand-over through the
 completion thread and the GIL on the latency path.
+
+Why stop() joins, and an atexit hook stops every completer: the threads are
+daemons (a program that never destroys its group still exits), and Python
+ends a daemon thread that reaches for the GIL during interpreter shutdown by
+unwinding its stack; a thread releasing a torch future there crosses C++
+destructors and ends the process with "terminate called without an active
+exception" (SIGABRT after the program's last line, seen under torch 2.15). So
+``destroy_process_group()`` waits for the works already issued, and at exit
+the hook does the same before the interpreter starts finalizing.
 """
+import atexit
 import collections
 import queue
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -136,7 +147,9 @@ class Completer:
         self._pending = set()
         self._done = collections.deque(maxlen=_PINNED_DONE)
         self._thread = None
+        self._threads = []  # started and not yet joined: the current one and any handed over
         self._lock = threading.Lock()
+        _COMPLETERS.add(self)
 
     def submit(self, what, kolo_work, value, finish=None, keep=()):
         """A KoloWork for an issued kolo Work (None: nothing was issued).
@@ -157,6 +170,8 @@ class Completer:
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="kolo-pg-completion", daemon=True)
+                    self._threads = [t for t in self._threads if t.is_alive()]
+                    self._threads.append(self._thread)
                     self._thread.start()
 
     def _run(self):
@@ -173,6 +188,24 @@ class Completer:
                 return  # a callback handed the queue to a newer thread
 
     def stop(self):
-        """Lets the thread end after the works already queued."""
-        if self._thread is not None:
-            self._queue.put(None)
+        """Ends the threads after the works already queued, and waits for them."""
+        with self._lock:
+            current, threads = self._thread, list(self._threads)
+            if current is not None:
+                self._queue.put(None)
+        me = threading.current_thread()
+        for t in threads:
+            if t is not me:  # destroy_process_group() inside a callback: the thread ends on return
+                t.join()
+        with self._lock:
+            if self._thread is current:
+                self._thread = None  # a later submit starts a new thread
+
+
+_COMPLETERS = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all():
+    for c in list(_COMPLETERS):
+        c.stop()

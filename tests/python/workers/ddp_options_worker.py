@@ -67,6 +67,15 @@ def loss_of(model, step, micro=0, use_extra=False):
     return F.cross_entropy(model(x, use_extra) if use_extra else model(x), y)
 
 
+# Every DDP model trained here, kept to the end. torch completes a comm hook's
+# future on gloo's worker thread and releases the hook's closure (PowerSGD's
+# state, which holds the group) there after the step has gone on; were that the
+# last reference, gloo's group would be destroyed on its own thread and join
+# itself (std::system_error "Resource deadlock avoided", SIGABRT; seen under
+# torch 1.13 at 3 ranks).
+KEEP = []
+
+
 def train(case, group):
     torch.manual_seed(0)
     net = Net(extra=case == "unused")
@@ -80,6 +89,7 @@ def train(case, group):
     if case == "unused":
         kwargs["find_unused_parameters"] = True
     model = nn.parallel.DistributedDataParallel(net, **kwargs)
+    KEEP.append(model)
     if case == "fp16_hook":
         model.register_comm_hook(group, default_hooks.fp16_compress_hook)
     if case == "bf16_hook":
@@ -88,6 +98,7 @@ def train(case, group):
         state = powersgd.PowerSGDState(process_group=group, matrix_approximation_rank=1,
                                        start_powerSGD_iter=2, random_seed=5)
         model.register_comm_hook(state, powersgd.powerSGD_hook)
+        KEEP.append(state)
     run = torch.compile(model) if case == "compile" else model
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     if case == "join":
@@ -124,6 +135,10 @@ def main():
         moved = (kolo_state["a.weight"] - start["a.weight"]).abs().max().item()
         check(moved > 1e-3, f"{case}: training moved the weights ({moved})")
         print(f"ddp_options {case}: rank {R} agrees with gloo", flush=True)
+    # gloo's threads are done with the last hook before the interpreter ends:
+    # a thread that still reaches for the GIL then is torn down mid-C++ (SIGABRT).
+    dist.barrier(group=gloo)
+    dist.barrier()
     dist.destroy_process_group()
     done(f"ddp_options rank {R} of {N} [{','.join(CASES)}]")
 

@@ -141,6 +141,15 @@ local_errors()
 agreed_errors()
 mismatch("allreduce of different shapes", lambda: hvd.allreduce(torch.zeros(4 + min(R, 1))),
          ["allreduce(f32, 4", "allreduce(f32, 5"])
+# Horovod's shape check: one count, two shapes (Horovod's test_horovod_allreduce_error)
+wide_or_deep = (lambda: torch.ones(17, 23 * 57)) if R == 0 else (lambda: torch.ones(17, 23, 57))
+shape_cases = [("allreduce", hvd.allreduce), ("reducescatter", hvd.reducescatter)]
+if MODE == "usable":  # over TCP a root that receives nothing sees nothing until the next call
+    shape_cases.append(("broadcast", lambda t: hvd.broadcast(t, 0)))
+for name, call in shape_cases:
+    kolo_name = {"reducescatter": "reduce_scatter"}.get(name, name)
+    mismatch(f"{name} of one count in two shapes", lambda: call(wide_or_deep()),
+             [f"{kolo_name}(f32, ", "shape hash"])
 mismatch("allreduce of different dtypes",
          lambda: hvd.allreduce(torch.zeros(4, dtype=torch.float32 if R == 0 else torch.float64)),
          ["allreduce(f32, 4", "allreduce(f64, 4"])
