@@ -10,6 +10,8 @@ call differs from its peers' gets kolo's mismatch error, on every rank.
 The non-underscore, non-async functions are differentiable
 (kolo/torch/autograd.py); these are the plain versions they call.
 """
+import numbers
+
 import torch
 
 from kolo import _C, handles
@@ -276,7 +278,12 @@ def _splits_list(what, tensor, splits, n):
                                    f"{n} ranks; pass splits="))
         return [d0 // n] * n
     s = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
-    if len(s) != n or any(int(x) < 0 for x in s):
+    # Counts are integers (Horovod: int32): a float tensor is refused whatever
+    # it holds, even values that happen to be whole (torch.empty's garbage).
+    if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in s):
+        kind = f"a {splits.dtype} tensor" if isinstance(splits, torch.Tensor) else f"{s}"
+        raise ValueError(error(what, f"splits must be integer counts, got {kind}"))
+    if len(s) != n or any(x < 0 for x in s):
         raise ValueError(error(what, f"splits must hold {n} non-negative counts, got {s}"))
     d0 = tensor.shape[0] if tensor.dim() else 1
     if sum(s) != d0:

@@ -78,6 +78,8 @@ def local_errors():
            "DistributedOptimizer op=Max")
     raises(ValueError, ["splits [", f"sum to {N + 1}"],
            lambda: hvd.alltoall(torch.zeros(N), splits=[1] * (N - 1) + [2]), "alltoall splits sum")
+    raises(ValueError, ["splits must be integer counts, got a torch.float32 tensor"],
+           lambda: hvd.alltoall(torch.zeros(N), splits=torch.ones(N)), "alltoall splits of floats")
 
 
 def agreed_errors():
