@@ -111,7 +111,7 @@ std::string Communicator::transport() const {
 
 // ---- allreduce ----------------------------------------------------------------
 static auto allreduce_op(detail::Context& c, const void* in, void* out, std::size_t count, DType t,
-                         Op op, const std::vector<std::int64_t>& shape) {
+                         Op op, const Shape& shape) {
   const char* what = "allreduce";
   check_dtype_op(what, t, op, true);
   const std::size_t bytes = checked_bytes(what, count, t, 1);
@@ -125,19 +125,20 @@ static auto allreduce_op(detail::Context& c, const void* in, void* out, std::siz
                     [&c, in, out, count, t, op] { c.backend->allreduce(in, out, count, t, op); });
 }
 
-void Communicator::allreduce(const void* in, void* out, std::size_t count, DType t, Op op, const std::vector<std::int64_t>& shape) {
+void Communicator::allreduce(const void* in, void* out, std::size_t count, DType t, Op op,
+                             const Shape& shape) {
   auto& c = ctx_of(ctx_);
   c.engine.run(allreduce_op(c, in, out, count, t, op, shape));
 }
 Work Communicator::allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op,
-                                   const std::vector<std::int64_t>& shape) {
+                                   const Shape& shape) {
   auto& c = ctx_of(ctx_);
   return c.make_work(c.engine.submit(allreduce_op(c, in, out, count, t, op, shape)));
 }
 
 // ---- broadcast ----------------------------------------------------------------
 static auto broadcast_op(detail::Context& c, void* data, std::size_t count, DType t, int root,
-                         const std::vector<std::int64_t>& shape) {
+                         const Shape& shape) {
   const char* what = "broadcast";
   check_dtype_op(what, t, Op::Sum, false);
   check_root(what, root, c.size);
@@ -147,11 +148,11 @@ static auto broadcast_op(detail::Context& c, void* data, std::size_t count, DTyp
                     [&c, data, count, t, root] { c.backend->broadcast(data, count, t, root); });
 }
 
-void Communicator::broadcast(void* data, std::size_t count, DType t, int root, const std::vector<std::int64_t>& shape) {
+void Communicator::broadcast(void* data, std::size_t count, DType t, int root, const Shape& shape) {
   auto& c = ctx_of(ctx_);
   c.engine.run(broadcast_op(c, data, count, t, root, shape));
 }
-Work Communicator::broadcast_async(void* data, std::size_t count, DType t, int root, const std::vector<std::int64_t>& shape) {
+Work Communicator::broadcast_async(void* data, std::size_t count, DType t, int root, const Shape& shape) {
   auto& c = ctx_of(ctx_);
   return c.make_work(c.engine.submit(broadcast_op(c, data, count, t, root, shape)));
 }
@@ -206,7 +207,7 @@ Work Communicator::allgatherv_async(const void* in, void* out,
 
 // ---- reduce-scatter -----------------------------------------------------------
 static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std::size_t count,
-                              DType t, Op op, const std::vector<std::int64_t>& shape) {
+                              DType t, Op op, const Shape& shape) {
   const char* what = "reduce_scatter";
   check_dtype_op(what, t, op, true);
   const std::size_t total = checked_bytes(what, count, t, c.size), block = total / c.size;
@@ -223,12 +224,12 @@ static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std
 }
 
 void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op,
-                                  const std::vector<std::int64_t>& shape) {
+                                  const Shape& shape) {
   auto& c = ctx_of(ctx_);
   c.engine.run(reduce_scatter_op(c, in, out, count, t, op, shape));
 }
 Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count, DType t,
-                                        Op op, const std::vector<std::int64_t>& shape) {
+                                        Op op, const Shape& shape) {
   auto& c = ctx_of(ctx_);
   return c.make_work(c.engine.submit(reduce_scatter_op(c, in, out, count, t, op, shape)));
 }

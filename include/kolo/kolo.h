@@ -51,6 +51,12 @@ template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType
 template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::U8; };
 
 // Every failure kolo reports: the message names the rank and the problem.
+// A caller's tensor shape, checked with allreduce, broadcast and reduce_scatter:
+// ranks that pass the same count in different shapes (17x1311 against
+// 17x23x57) get the mismatch error, as Horovod's shape check gives. Empty:
+// only the count is checked. kolo.torch passes it.
+using Shape = std::vector<std::int64_t>;
+
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -103,21 +109,15 @@ class Communicator {
   // within a host, TCP between hosts; KOLO_HIERARCHICAL=0 makes it "tcp").
   std::string transport() const;
 
-  // `shape` (allreduce, broadcast, reduce_scatter): the caller's tensor shape,
-  // checked with the collective: ranks that pass the same count in different
-  // shapes (17x1311 against 17x23x57) get the mismatch error, as Horovod's shape
-  // check gives. Empty: only the count is checked. kolo.torch passes it.
+  // `shape` (allreduce, broadcast, reduce_scatter): see Shape above.
 
   // out[i] = in_0[i] op in_1[i] op ... ; in == out is in place.
-  void allreduce(const void* in, void* out, std::size_t count, DType t, Op op,
-                 const std::vector<std::int64_t>& shape = {});
-  Work allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op,
-                       const std::vector<std::int64_t>& shape = {});
+  void allreduce(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {});
+  Work allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {});
 
   // data from root to every rank, in place.
-  void broadcast(void* data, std::size_t count, DType t, int root, const std::vector<std::int64_t>& shape = {});
-  Work broadcast_async(void* data, std::size_t count, DType t, int root,
-                       const std::vector<std::int64_t>& shape = {});
+  void broadcast(void* data, std::size_t count, DType t, int root, const Shape& shape = {});
+  Work broadcast_async(void* data, std::size_t count, DType t, int root, const Shape& shape = {});
 
   // out = concat over ranks of in (count elements each); out holds size()*count.
   // In place when in == out + rank()*count.
@@ -132,10 +132,9 @@ class Communicator {
 
   // in holds size()*count elements; rank r receives block r of the reduction.
   // In place when out == in + rank()*count.
-  void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op,
-                      const std::vector<std::int64_t>& shape = {});
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {});
   Work reduce_scatter_async(const void* in, void* out, std::size_t count, DType t, Op op,
-                            const std::vector<std::int64_t>& shape = {});
+                            const Shape& shape = {});
 
   // in and out hold size()*count elements; block j of in goes to rank j, and
   // block j of out comes from rank j. in and out must not overlap.

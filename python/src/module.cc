@@ -63,7 +63,7 @@ using namespace pybind11::literals;
 namespace {
 
 using Ptr = std::uintptr_t;
-using Shape = std::vector<std::int64_t>;  // a tensor's shape, checked with the collective
+using kolo::Shape;  // a tensor's shape, checked with the collective
 using Release = py::call_guard<py::gil_scoped_release>;
 
 const void* cin(Ptr p) { return reinterpret_cast<const void*>(p); }
