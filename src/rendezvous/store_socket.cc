@@ -68,18 +68,42 @@ int port_of(const sockaddr* a) {
 
 }  // namespace
 
-void bind_port(int fd, sockaddr* addr, socklen_t len, const std::string& what) {
+namespace {
+
+// One socket bound to addr and listening. SO_REUSEADDR lets a store restarted
+// on a fixed port (MASTER_PORT) bind without waiting for the previous run's
+// connections to leave TIME_WAIT; it also lets two sockets bind one port as
+// long as neither listens yet, so a port is ours only once listen() succeeds.
+// Returns an invalid Fd with errno set when bind() or listen() fails.
+Fd try_listen(const sockaddr* addr, socklen_t len, int flags) {
+  Fd fd(::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | flags, 0));
+  if (!fd.valid()) fail("socket(): {}", errno_text(errno));
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), addr, len) != 0 || ::listen(fd.get(), SOMAXCONN) != 0) {
+    const int saved = errno;
+    fd.reset();
+    errno = saved;
+  }
+  return fd;
+}
+
+}  // namespace
+
+Fd listen_at(sockaddr* addr, socklen_t len, int flags, const std::string& what) {
   static const config::PortRange range = config::port_range();
   if (port_of(addr) != 0 || range.lo == 0) {
-    if (::bind(fd, addr, len) != 0) fail("{}: {}", what, errno_text(errno));
-    return;
+    Fd fd = try_listen(addr, len, flags);
+    if (!fd.valid()) fail("{}: {}", what, errno_text(errno));
+    return fd;
   }
   const int n = range.hi - range.lo + 1;
   std::random_device rd;
   const int start = static_cast<int>(rd() % static_cast<unsigned>(n));
   for (int i = 0; i < n; ++i) {
     set_port(addr, range.lo + (start + i) % n);
-    if (::bind(fd, addr, len) == 0) return;
+    Fd fd = try_listen(addr, len, flags);
+    if (fd.valid()) return fd;
     if (errno != EADDRINUSE && errno != EACCES) fail("{}: {}", what, errno_text(errno));
   }
   set_port(addr, 0);
@@ -91,20 +115,12 @@ Fd listen_tcp(const std::string& host, int port, int* bound_port) {
   AddrList addrs = resolve(host, port, /*passive=*/true, &why);
   if (!addrs) fail("rendezvous: cannot listen on {}:{}: {}", host, port, why);
   const addrinfo* a = addrs.get();
-  Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
-  if (!fd.valid()) fail("rendezvous: socket(): {}", errno_text(errno));
-  // A store restarted on a fixed port (MASTER_PORT) must not wait for the
-  // previous run's connections to leave TIME_WAIT.
-  int one = 1;
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  bind_port(fd.get(), a->ai_addr, a->ai_addrlen, fmt::format("rendezvous: cannot listen on {}:{}", host, port));
-  if (::listen(fd.get(), SOMAXCONN) != 0)
-    fail("rendezvous: listen() on {}:{}: {}", host, port, errno_text(errno));
+  Fd fd = listen_at(a->ai_addr, a->ai_addrlen, SOCK_NONBLOCK,
+                    fmt::format("rendezvous: cannot listen on {}:{}", host, port));
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
-  *bound_port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                                         : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  *bound_port = port_of(reinterpret_cast<const sockaddr*>(&ss));
   return fd;
 }
 

@@ -29,11 +29,12 @@ class Fd {
   int fd_ = -1;
 };
 
-// bind() to addr; port 0 takes a free port of KOLO_PORT_RANGE when that is
-// set (any port otherwise), trying them from a random start so that
-// concurrent ranks rarely collide. Throws kolo::Error naming the range when
-// every port of it is taken.
-void bind_port(int fd, sockaddr* addr, socklen_t len, const std::string& what);
+// A socket listening on addr (socket() flags such as SOCK_NONBLOCK added);
+// port 0 takes a free port of KOLO_PORT_RANGE when that is set (any port
+// otherwise), trying them from a random start so that concurrent ranks rarely
+// collide. Throws kolo::Error starting with what, naming the range when every
+// port of it is taken.
+Fd listen_at(sockaddr* addr, socklen_t len, int flags, const std::string& what);
 
 // A non-blocking listening socket on host:port (port 0: the kernel picks);
 // *bound_port receives the port. Throws kolo::Error.

@@ -47,14 +47,10 @@ sockaddr_in resolve(const std::string& host, int port) {
 }  // namespace
 
 Listener listen_on(const std::string& host) {
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) fail("socket(): {}", errno_text(errno));
-  int one = 1;
-  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr = resolve(host, 0);
-  rdv::bind_port(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr,
-                 fmt::format("data connections: cannot listen on {}", host));
-  if (::listen(fd.get(), 128) != 0) fail("listen(): {}", errno_text(errno));
+  Fd fd(rdv::listen_at(reinterpret_cast<sockaddr*>(&addr), sizeof addr, 0,
+                       fmt::format("data connections: cannot listen on {}", host))
+            .release());
   socklen_t len = sizeof addr;
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   return Listener{std::move(fd), ntohs(addr.sin_port)};
