@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package kolo needs to build, test and benchmark.
+# Installs the Debian 12 packages kolo needs: every one to build, test and
+# benchmark (all, the default), or only those the main job needs (main-job).
 # Idempotent: does nothing when all are present. Runs apt-get as root (sudo if needed).
 set -euo pipefail
 
-PACKAGES=(
+# What the main job needs (scripts/main-job.sh): the build, the core's
+# libraries, LibTorch and the data set.
+MAIN_JOB=(
   cmake ninja-build g++ pkg-config ccache git procps  # build
-  libgtest-dev libbenchmark-dev                       # tests, micro-benchmarks
-  clang libclang-rt-14-dev                            # libFuzzer targets
   libhwy-dev                                          # SIMD reduction kernels
   libcli11-dev libfmt-dev                             # command lines, formatting
   libsodium-dev                                       # job secret authentication
   zlib1g-dev                                          # reading the gzipped data set
   libtorch-dev libopenblas0-pthread                   # kolo_torch (LibTorch 1.13, CPU), fast BLAS
   dataset-fashion-mnist                               # the main job's data
+)
+# What the tests, fuzzers, anchors and benchmarks need besides (scripts/test.sh).
+TESTS=(
+  libgtest-dev libbenchmark-dev                       # tests, micro-benchmarks
+  clang libclang-rt-14-dev                            # libFuzzer targets
   openmpi-bin libopenmpi-dev python3-torch            # anchors and the mpirun test
   pybind11-dev python3-dev python3-numpy              # the Python extension kolo._C
   python3-pytest python3-venv python3-pip             # Python tests, pip install into a venv
@@ -20,6 +26,11 @@ PACKAGES=(
   iproute2 util-linux iputils-ping openssh-server openssh-client iperf3  # emulated hosts
   munge slurmctld slurmd slurm-client                 # Slurm tests (two emulated nodes)
 )
+case ${1:-all} in
+  all) PACKAGES=("${MAIN_JOB[@]}" "${TESTS[@]}") ;;
+  main-job) PACKAGES=("${MAIN_JOB[@]}") ;;
+  *) echo "usage: scripts/install-deps.sh [all | main-job]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

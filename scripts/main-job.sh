@@ -3,9 +3,10 @@
 # Fashion-MNIST data-parallel on 2 ranks (extra arguments go to the trainer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-# Only what the job runs (kolorun and the trainer), not the tests: scripts/test.sh builds all.
-KOLO_BUILD_TARGETS=main-job scripts/build.sh
+scripts/install-deps.sh main-job
+# Only what the job runs (kolorun and the trainer), not the tests (their
+# packages are not installed): scripts/test.sh builds all.
+KOLO_BUILD_TARGETS=main-job scripts/build.sh -DKOLO_BUILD_TESTS=OFF
 BUILD=${KOLO_BUILD_DIR:-build}
 NP=${NP:-2}
 if [ -x "$BUILD/examples/fashion_mnist/fashion_mnist" ]; then
