@@ -190,7 +190,7 @@ struct Options {
   std::size_t train_limit = 0;
   std::string compression = "none";
   int accumulate = 1;
-  bool no_overlap = false;
+  std::string overlap = "auto";  // auto | on | off
   double bucket_mb = 25, first_bucket_mb = 1;
   int bench_steps = 0;
   bool no_progress = false;
@@ -225,6 +225,13 @@ double evaluate(kolo::Communicator& comm, Net& model, const Tensors& test) {
   model.train();
   const double total_correct = kolo::torch::allreduce_scalar(comm, correct);
   return total_correct / static_cast<double>(n);
+}
+
+// "on", "off", or under auto the mode kept: "auto:on" ("auto:trying" while
+// the first steps still try both).
+std::string overlap_text(const Options& o, const kolo::torch::DistributedOptimizer& opt) {
+  if (o.overlap != "auto") return o.overlap;
+  return opt.choosing_overlap() ? "auto:trying" : opt.overlapping() ? "auto:on" : "auto:off";
 }
 
 // Throughput as the PyTorch DDP anchor measures it: 5 warm-up steps, then
@@ -264,7 +271,7 @@ void bench(kolo::Communicator& comm, Net& model, kolo::torch::DistributedOptimiz
     std::printf("kolo model=%s n=%d batch=%d threads=%d overlap=%s compression=%s amp=%s bn=%s "
                 "samples_per_s=%.0f step_ms=%.2f loss=%.3f fwd_bwd_ms=%.2f sync_ms=%.2f update_ms=%.2f\n",
                 o.model.c_str(), comm.size(), o.batch, torch::get_num_threads(),
-                o.no_overlap ? "off" : "on", o.compression.c_str(), o.amp.c_str(),
+                overlap_text(o, opt).c_str(), o.compression.c_str(), o.amp.c_str(),
                 o.model == "convbn" ? o.batchnorm.c_str() : "-",
                 o.bench_steps * B * comm.size() / dt, dt / o.bench_steps * 1e3, loss.item<double>(),
                 t_compute / o.bench_steps * 1e3, t_sync / o.bench_steps * 1e3,
@@ -310,7 +317,9 @@ int run(const Options& o) {
   dopt.compression = o.compression == "fp16"   ? kolo::torch::Compression::FP16
                      : o.compression == "bf16" ? kolo::torch::Compression::BF16
                                                : kolo::torch::Compression::None;
-  dopt.overlap = !o.no_overlap;
+  dopt.overlap = o.overlap == "on"    ? kolo::torch::Overlap::Always
+                 : o.overlap == "off" ? kolo::torch::Overlap::Never
+                                      : kolo::torch::Overlap::Auto;
   dopt.bucket_cap_bytes = static_cast<std::size_t>(o.bucket_mb * (1 << 20));
   dopt.first_bucket_cap_bytes = static_cast<std::size_t>(o.first_bucket_mb * (1 << 20));
   dopt.broadcast_buffers = o.model == "convbn" && o.batchnorm == "broadcast";
@@ -461,7 +470,11 @@ int main(int argc, char** argv) {
   app.add_option("--accumulate", o.accumulate, "backward passes per optimizer step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_flag("--no-overlap", o.no_overlap, "allreduce in step() instead of during backward");
+  app.add_option("--overlap", o.overlap,
+                 "allreduce during backward (on), in step() (off), or whichever the first steps "
+                 "measure faster (auto)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_flag_callback("--no-overlap", [&o] { o.overlap = "off"; }, "the same as --overlap off");
   app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket cap (MiB)")->capture_default_str();
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "first bucket cap (MiB)")->capture_default_str();
   app.add_option("--bench-steps", o.bench_steps, "measure samples/s over N steps instead of training");

@@ -29,8 +29,12 @@
 // hooks (sparse or non-CPU gradients) are kept and thrown from step(), since
 // the autograd engine would wrap or lose them.
 //
+// Overlap::Never leaves every bucket to step(); Overlap::Auto alternates the
+// two ways in the first steps and keeps the faster (overlap_trial.h).
+//
 // Options that add collectives to a step, always in this order after the
-// buckets: broadcast_buffers (one broadcast per buffer, from rank 0).
+// buckets: broadcast_buffers (one broadcast per buffer, from rank 0); under
+// Overlap::Auto, once, the trial's decision (one allreduce of two doubles).
 //
 // Join (uneven inputs) lives at the end of this file: a finished rank runs
 // shadow steps — the same bucket allreduces with zeros, the same buffer
@@ -48,6 +52,7 @@
 #include <unordered_set>
 
 #include "common.h"
+#include "overlap_trial.h"
 
 namespace kolo::torch {
 
@@ -89,6 +94,7 @@ struct DistributedOptimizer::Impl {
   std::vector<Param> params;
   std::vector<Bucket> buckets;
   NamedTensors buffers;  // broadcast from rank 0 each step (broadcast_buffers)
+  detail::OverlapTrial overlap{false, true, 1};  // set by init()
 
   // Join: attached, and the number of ranks that train in the current step.
   bool join_attached = false;
@@ -162,6 +168,12 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
                                 o.gradient_predivide_factor)));
   if (o.bucket_cap_bytes == 0 || o.first_bucket_cap_bytes == 0)
     throw Error(err("DistributedOptimizer: bucket caps must be > 0 bytes"));
+  if (o.overlap == Overlap::Auto && o.overlap_trial_steps < 1)
+    throw Error(err(fmt::format("DistributedOptimizer: overlap_trial_steps must be >= 1, not {}",
+                                o.overlap_trial_steps)));
+  // One rank communicates nothing: no trial.
+  overlap = detail::OverlapTrial(o.overlap == Overlap::Auto && comm.size() > 1,
+                                 o.overlap != Overlap::Never, o.overlap_trial_steps);
 
   // Trainable parameters, each once.
   std::unordered_set<const void*> seen_impl;
@@ -273,7 +285,7 @@ void DistributedOptimizer::Impl::on_grad(std::size_t i, bool sparse) {
   }
   p.seen = true;
   if (sparse) errors.push_back(sparse_error(p.name));
-  if (passes + 1 < o.backward_passes_per_step || !o.overlap || p.ready) return;
+  if (passes + 1 < o.backward_passes_per_step || !overlap.overlapping() || p.ready) return;
   fill(i);
   if (--buckets[p.bucket].pending == 0) launch_ready();
 }
@@ -389,6 +401,15 @@ void DistributedOptimizer::Impl::synchronize(bool shadow) {
   if (!comm_error && o.broadcast_buffers && comm.size() > 1) {
     try {
       detail::broadcast_all(comm, buffers, 0);
+    } catch (...) {
+      comm_error = std::current_exception();
+    }
+  }
+  // Before any error of this rank's own is thrown: the trial's decision is
+  // a collective the peers take part in.
+  if (!comm_error) {
+    try {
+      overlap.step_done(comm);
     } catch (...) {
       comm_error = std::current_exception();
     }
@@ -523,6 +544,9 @@ void DistributedOptimizer::zero_grad(bool set_to_none) { impl_->zero_grad(set_to
 const ::torch::optim::Optimizer& DistributedOptimizer::optimizer() const { return *impl_->opt; }
 const DistributedOptimizerOptions& DistributedOptimizer::options() const { return impl_->o; }
 Communicator& DistributedOptimizer::communicator() { return impl_->comm; }
+
+bool DistributedOptimizer::overlapping() const { return impl_->overlap.overlapping(); }
+bool DistributedOptimizer::choosing_overlap() const { return impl_->overlap.deciding(); }
 
 std::vector<std::vector<std::string>> DistributedOptimizer::bucket_layout() const {
   std::vector<std::vector<std::string>> out;

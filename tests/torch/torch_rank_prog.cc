@@ -7,6 +7,7 @@
 //             1-rank run with --batch N·b sees the same samples. Checks after
 //             broadcast_parameters and after every step that all ranks hold
 //             bit-identical parameters; rank 0 writes the final ones (--out).
+//             --print-overlap: each step's overlap mode (Overlap::Auto's trial).
 //   resume    trains with DistributedSampler + LinearScalingWarmup, writes a
 //             checkpoint at --ckpt-at; with --resume-from it loads one first;
 //             rank 0 writes the final parameters.
@@ -144,7 +145,10 @@ DistributedOptimizerOptions optimizer_options(const Args& a) {
                                 : kolo::torch::Compression::None;
   o.gradient_predivide_factor = a.real("predivide", 1.0);
   o.reduction = a.flag("sum") ? kolo::torch::Reduction::Sum : kolo::torch::Reduction::Average;
-  o.overlap = !a.flag("no-overlap");
+  o.overlap = a.flag("no-overlap")        ? kolo::torch::Overlap::Never
+              : a.flag("overlap-always") ? kolo::torch::Overlap::Always
+                                         : kolo::torch::Overlap::Auto;
+  o.overlap_trial_steps = static_cast<int>(a.num("overlap-trials", 5));
   o.find_unused_parameters = a.flag("find-unused");
   o.gradient_as_bucket_view = !a.flag("copy-grads");
   if (a.flag("small-buckets")) {  // many buckets: exercises their ordering
@@ -194,7 +198,9 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
   // --scaler: the loss is scaled by 2^k (exact), so the result must be the
   // baseline's; --clip then shows that unscale() ran before the clipping.
   kolo::torch::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 3});
+  std::string modes;  // --print-overlap: each step's mode, + overlapped, - not
   for (long s = 0; s < K; ++s) {
+    modes += opt.overlapping() ? '+' : '-';
     if (a.flag("grads-to-none")) {  // AccumulateGrad then makes fresh .grad tensors
       for (auto& p : net.parameters()) p.mutable_grad() = torch::Tensor();
     } else {
@@ -232,6 +238,8 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
     for (auto& p : net.parameters())
       if (p.dim() == 2 && p.grad().is_contiguous()) check_failed("the test's gradients became contiguous");
   if (r == 0 && !a.get("out").empty()) write_params(net, a.get("out"));
+  if (a.flag("print-overlap"))
+    std::printf("rank %d: overlap %s, %s\n", r, modes.c_str(), opt.choosing_overlap() ? "choosing" : "chosen");
   if (a.flag("clip")) std::printf("rank %d: clipped %ld of %ld steps\n", r, clipped_steps, K);
   if (a.flag("scaler")) std::printf("rank %d: final scale %g\n", r, scaler.get_scale());
   return 0;

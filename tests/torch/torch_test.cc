@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -238,6 +239,8 @@ const Variant kVariants[] = {
     {"default_buckets", "", 1e-5},
     {"accumulate2", "--accumulate 2 --small-buckets", 1e-5},
     {"no_overlap", "--no-overlap --small-buckets", 1e-5},
+    {"overlap_always", "--overlap-always --small-buckets", 1e-5},
+    {"overlap_chosen", "--overlap-trials 1 --small-buckets", 1e-5},  // chosen after step 4 of 8
     {"noncontig", "--noncontig --copy-grads --zero-memset --small-buckets", 1e-5},
     {"zero_memset", "--zero-memset --small-buckets", 1e-5},
     {"synchronize", "--synchronize --small-buckets", 1e-5},
@@ -282,6 +285,30 @@ INSTANTIATE_TEST_SUITE_P(Torch, Equivalence,
                            return std::string(std::get<1>(info.param).name) + "_" +
                                   std::to_string(std::get<0>(info.param)) + "ranks";
                          });
+
+// Overlap::Auto: 2 warm-up steps overlapped, then 2 trial steps per mode
+// alternating, then every rank keeps the same mode (which one depends on this
+// machine's timings; the results are the same either way, see Equivalence).
+TEST(Overlap, AutoTriesBothModesThenEveryRankKeepsOne) {
+  auto r = ranks(3, "equiv --steps 9 --overlap-trials 2 --print-overlap");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::smatch m;
+  std::string chosen;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::regex line("rank " + std::to_string(rank) + ": overlap \\+\\+\\+-\\+-([+-])\\1\\1, chosen");
+    ASSERT_TRUE(std::regex_search(r.out, m, line)) << r.out;
+    if (rank == 0) chosen = m[1];
+    EXPECT_EQ(m[1], chosen) << "rank " << rank << " kept another mode than rank 0:\n" << r.out;
+  }
+  // One rank communicates nothing: no trial.
+  auto one = single("equiv --steps 4 --overlap-trials 1 --print-overlap");
+  ASSERT_EQ(one.rc, 0) << one.out;
+  EXPECT_NE(one.out.find("rank 0: overlap ++++, chosen"), std::string::npos) << one.out;
+  auto bad = ranks(2, "equiv --steps 1 --overlap-trials 0");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("DistributedOptimizer: overlap_trial_steps must be >= 1, not 0"), std::string::npos)
+      << bad.out;
+}
 
 // ---------------------------------------------------------------------------
 // Checkpoints

@@ -84,6 +84,15 @@ void broadcast_optimizer_state(Communicator& comm, ::torch::optim::Optimizer& op
 // calls the wrapped optimizer's step().
 
 enum class Compression { None, FP16, BF16 };
+// When a step's buckets are communicated: during backward, each as soon as it
+// is full (Always), or all in step() (Never). Overlapping hides the
+// communication behind backward where a core is free to run it; where every
+// core computes (as many ranks as cores) it can cost more than it hides.
+// Auto tries both in the first steps (2 warm-up steps, then
+// overlap_trial_steps in each mode, alternating) and keeps the one whose
+// median step time on the slowest rank was lower. Every mode gives the same
+// results.
+enum class Overlap { Auto, Always, Never };
 enum class Reduction { Average, Sum };
 
 struct DistributedOptimizerOptions {
@@ -102,9 +111,9 @@ struct DistributedOptimizerOptions {
   // false: a parameter that received no gradient in a step is an error.
   // true: it counts as a zero gradient and is still communicated.
   bool find_unused_parameters = false;
-  // false: nothing is communicated during backward; step() allreduces all
-  // buckets (in the same order). For measuring what overlap buys.
-  bool overlap = true;
+  // See Overlap above.
+  Overlap overlap = Overlap::Auto;
+  int overlap_trial_steps = 5;  // per mode, under Auto
   // true: each parameter's .grad is left as a view into its bucket, so the
   // results land in .grad with no copy back (DDP's gradient_as_bucket_view).
   // Zero the gradients with DistributedOptimizer::zero_grad() (or
@@ -155,6 +164,11 @@ class DistributedOptimizer {
 
   // Parameter names per bucket, in communication order (for tests and logs).
   std::vector<std::vector<std::string>> bucket_layout() const;
+  // Whether the coming step communicates during backward: under
+  // Overlap::Auto, the trial's mode for that step, then the decision.
+  bool overlapping() const;
+  // Overlap::Auto is still trying both modes.
+  bool choosing_overlap() const;
 
  private:
   friend class Join;
