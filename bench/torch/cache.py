@@ -20,7 +20,7 @@ go to --dir and are removed at the end.
 """
 import argparse, filecmp, os, re, statistics, subprocess, sys, tempfile, time
 
-from compare import finish, machine, reporter  # bench/torch/compare.py, beside this script
+from compare import finish, machine, reporter, trainer  # bench/torch/compare.py, beside this script
 
 
 def main():
@@ -35,10 +35,8 @@ def main():
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--out")
     a = ap.parse_args()
-    kolorun = os.path.join(a.build, "tools/kolorun/kolorun")
+    kolorun, train, env = trainer(a.build)
     pre = os.path.join(a.build, "examples/fashion_mnist/fashion_mnist_preprocess")
-    train = os.path.join(a.build, "examples/fashion_mnist/fashion_mnist")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     say, lines = reporter()
 
     def launch(n, prog, *args):

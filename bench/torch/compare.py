@@ -65,6 +65,12 @@ def finish(say, lines, out):
     save(lines, out)
 
 
+def trainer(build):
+    """(kolorun, fashion_mnist, env) of a build; env: one BLAS/OpenMP thread per rank."""
+    return (os.path.join(build, "tools/kolorun/kolorun"), os.path.join(build, "examples/fashion_mnist/fashion_mnist"),
+            dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"))
+
+
 def run(cmd, env):
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     m = re.search(r"samples_per_s=(\d+)", p.stdout)

@@ -8,12 +8,11 @@ same machine) and their medians reported, with the mode auto kept in each
 run. Goal (issue 18): auto never slower than off by more than noise, 3 % in
 the median of the pairs. Batch 32/rank, 1 thread/rank, OPENBLAS_NUM_THREADS=1.
 
-  bench/torch/overlap.py [--build build] [--np 2] [--reps 7] [--steps 40] [--models mlp,cnn] [--out FILE]
+  bench/torch/overlap.py [--build build] [--ranks 2] [--reps 7] [--steps 40] [--models mlp,cnn] [--out FILE]
 """
 import argparse, os, re, statistics, subprocess, sys, time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import finish, machine, reporter  # noqa: E402
+from compare import finish, machine, reporter, trainer  # bench/torch/compare.py, beside this script
 
 MODES = ("auto", "on", "off")
 
@@ -30,17 +29,15 @@ def step(cmd, env):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
-    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--models", default="mlp,cnn")
     ap.add_argument("--out")
     a = ap.parse_args()
-    kolorun = os.path.join(a.build, "tools/kolorun/kolorun")
-    prog = os.path.join(a.build, "examples/fashion_mnist/fashion_mnist")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    kolorun, prog, env = trainer(a.build)
     say, lines = reporter()
-    say(f"# fashion_mnist step at {a.np} ranks: --overlap auto (default) vs on vs off, interleaved")
+    say(f"# fashion_mnist step at {a.ranks} ranks: --overlap auto (default) vs on vs off, interleaved")
     say(f"# machine: {machine()}")
     say(f"# date: {time.strftime('%Y-%m-%d %H:%M:%S')}, load average at start: {os.getloadavg()[0]:.2f}")
     say(f"# {a.reps} repetitions of the 3 modes (order rotated), {a.steps} timed steps each "
@@ -53,7 +50,7 @@ def main():
         kept = []
         for r in range(a.reps):
             for mode in MODES[r % 3:] + MODES[:r % 3]:
-                t, field = step([kolorun, "-np", str(a.np), prog, "--model", model, "--batch", "32",
+                t, field = step([kolorun, "-np", str(a.ranks), prog, "--model", model, "--batch", "32",
                                  "--threads", "1", "--bench-steps", str(a.steps), "--overlap", mode], env)
                 ms[mode].append(t)
                 if mode == "auto":

@@ -17,7 +17,7 @@ batch 32, one thread per rank, OPENBLAS_NUM_THREADS=1.
 """
 import argparse, os, re, statistics, subprocess, sys, time
 
-from compare import finish, machine, reporter  # bench/torch/compare.py, beside this script
+from compare import finish, machine, reporter, trainer  # bench/torch/compare.py, beside this script
 
 
 def main():
@@ -29,9 +29,7 @@ def main():
     ap.add_argument("--models", default="cnn,mlp,convbn")
     ap.add_argument("--out")
     a = ap.parse_args()
-    kolorun = os.path.join(a.build, "tools/kolorun/kolorun")
-    prog = os.path.join(a.build, "examples/fashion_mnist/fashion_mnist")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    kolorun, prog, env = trainer(a.build)
     say, lines = reporter()
 
     def step_ms(*args):
