@@ -3,7 +3,7 @@
 # (pip wheel --no-build-isolation: nothing from PyPI), installs that one file
 # into two fresh virtual environments — one that sees Debian's torch 1.13,
 # one that sees PyPI's torch 2.x (the environment TORCH2_PYTHON belongs to,
-# through a .pth file) — and runs Python test suites in each through the
+# through a .pth file) — and runs Python test jobs in each through the
 # installed package and its `kolorun` console script (no PYTHONPATH, no
 # build tree). Checks that both environments load the very same _C*.so.
 #   tests/python/wheel_in_both_torches.sh TORCH2_PYTHON
@@ -45,10 +45,16 @@ for env in debian pypi; do
     echo "FAIL: $env loads a _C whose sha256 $SO_SHA is not the wheel's $WHEEL_SO_SHA"
     status=1
   fi
-  # The suites through the installed package only: no PYTHONPATH, the
-  # environment's own kolorun console script.
+  # Jobs through the installed package only: no PYTHONPATH, the environment's
+  # own kolorun console script. One job per front and transport (the Horovod
+  # API on TCP; the process group's ops, DDP and errors on shared memory, its
+  # op names and object collectives on TCP): the suites run whole against the
+  # build tree under both torches (python.*, python-torch2.*); what is checked
+  # here is the package.
   (cd /tmp && env -u PYTHONPATH KOLORUN="$WORK/$env/bin/kolorun" PYTHONDONTWRITEBYTECODE=1 \
-      "$PY" -m pytest -q -p no:cacheprovider "$SRC/tests/python/test_api.py" \
-      "$SRC/tests/python/test_process_group.py" -k "test_ops_ddp_and_errors or op_names") || status=1
+      "$PY" -m pytest -q -p no:cacheprovider \
+      "$SRC/tests/python/test_api.py::test_collectives_and_gradients[3-tcp]" \
+      "$SRC/tests/python/test_process_group.py::test_ops_ddp_and_errors[2-shm]" \
+      "$SRC/tests/python/test_process_group.py::test_both_op_names_and_object_collectives[3-tcp]") || status=1
 done
 exit $status
