@@ -16,11 +16,11 @@ OverlapTrial::OverlapTrial(bool decide, bool fixed, int trial_steps)
     : deciding_(decide), overlapping_(decide || fixed), trial_steps_(trial_steps) {}
 
 void OverlapTrial::step_done(Communicator& comm) {
+  if (!deciding_) return;  // decided (or never trying): nothing to time
   const auto now = Clock::now();
   const double ms = std::chrono::duration<double, std::milli>(now - last_end_).count();
   last_end_ = now;
   const long s = step_++;
-  if (!deciding_) return;
   if (s >= kWarmupSteps) (overlapping_ ? on_ms_ : off_ms_).push_back(ms);
   if (s + 1 < kWarmupSteps + 2L * trial_steps_) {
     // The next step: the first trial step overlaps, then they alternate.
