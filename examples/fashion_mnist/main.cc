@@ -17,6 +17,7 @@
 #include <ATen/autocast_mode.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 #include <kolo/data/torch_dataset.h>
 #include <kolo/torch.h>
 #include <torch/torch.h>

@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 
 #include <algorithm>
 #include <cerrno>

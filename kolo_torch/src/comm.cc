@@ -1,6 +1,7 @@
 // Tensor collectives, parameter and optimizer-state broadcast, and the
 // cross-rank model check that guards them.
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 

@@ -65,7 +65,9 @@ struct DistributedOptimizer::Impl {
     std::size_t bucket = 0;
     std::int64_t offset = 0;  // elements into the bucket
     std::int64_t numel = 0;
-    std::shared_ptr<::torch::autograd::Node> accumulator;
+    // std::shared_ptr up to torch 2.x's switch to c10::intrusive_ptr: whichever
+    // impl::grad_accumulator returns in the LibTorch this is built against.
+    decltype(::torch::autograd::impl::grad_accumulator(std::declval<const ::torch::Tensor&>())) accumulator;
     std::uintptr_t hook_key = 0;
     bool seen = false;   // received a gradient in some pass of this step
     bool ready = false;  // copied into its bucket for this step
