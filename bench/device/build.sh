@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds kolorun and the fashion_mnist trainer against the LibTorch of a PyPI
+# torch ($PY, default python3) on a machine without Debian's development
+# packages, from the .debs that pack.sh put in DIR (unpacked into
+# /tmp/kolodeps; the programs find them by their RUNPATH).
+#   bench/device/build.sh DIR BUILD_DIR
+set -euo pipefail
+dir=$(cd "${1:?usage: build.sh DIR BUILD_DIR}" && pwd) build=${2:?usage: build.sh DIR BUILD_DIR}
+PY=${PY:-python3} deps=/tmp/kolodeps
+rm -rf $deps && mkdir -p $deps
+for f in "$dir"/*.deb; do dpkg -x "$f" $deps; done
+# Absolute links (libz.so -> /lib/...) would point into this machine's own /lib.
+find $deps -type l | while read -r l; do
+  t=$(readlink "$l"); case $t in /*) ln -sfn "$deps$t" "$l" ;; esac
+done
+export PATH=$deps/usr/bin:$PATH
+export PKG_CONFIG_SYSROOT_DIR=$deps PKG_CONFIG_LIBDIR=$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig
+torch_cmake=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
+# The CUDA wheels' libtorch_cuda.so needs the nvidia-* wheels' libraries at
+# link time too (an older system NCCL would not do).
+rpath_link=$(ls -d "$torch_cmake"/../../../nvidia/*/lib 2>/dev/null | sed 's/^/-Wl,-rpath-link,/' | tr '\n' ' ')
+# Without it, Caffe2's CMake probes the GPU with a test program.
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+cmake -S "$(dirname "$0")/../.." -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOLO_BUILD_TESTS=OFF \
+  -DKOLO_WITH_PYTHON=OFF -DCMAKE_IGNORE_PREFIX_PATH=/usr -DCMAKE_PREFIX_PATH="$deps/usr;$torch_cmake" \
+  -DCMAKE_EXE_LINKER_FLAGS="$rpath_link"
+ninja -C "$build" kolorun fashion_mnist
