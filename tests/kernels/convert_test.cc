@@ -202,11 +202,8 @@ void check_vector(ref::Format fmt, void (*up)(const T16*, float*, std::size_t),
 TEST_P(ConvertTest, F16) { check_vector<Half>(ref::kF16, kernels::f16_to_f32, kernels::f32_to_f16); }
 TEST_P(ConvertTest, BF16) { check_vector<BFloat16>(ref::kBF16, kernels::bf16_to_f32, kernels::f32_to_bf16); }
 
-std::string target_name(const ::testing::TestParamInfo<std::int64_t>& info) {
-  return kernels::simd_target_name(info.param);
-}
 
-INSTANTIATE_TEST_SUITE_P(Targets, ConvertTest, ::testing::ValuesIn(ref::all_targets()), target_name);
+INSTANTIATE_TEST_SUITE_P(Targets, ConvertTest, ::testing::ValuesIn(ref::all_targets()), ref::target_name);
 
 }  // namespace
 }  // namespace kolo

@@ -207,11 +207,8 @@ TEST_P(ReduceTest, Divide) {
   EXPECT_EQ(h, hw);
 }
 
-std::string target_name(const ::testing::TestParamInfo<std::int64_t>& info) {
-  return kernels::simd_target_name(info.param);
-}
 
-INSTANTIATE_TEST_SUITE_P(Targets, ReduceTest, ::testing::ValuesIn(ref::all_targets()), target_name);
+INSTANTIATE_TEST_SUITE_P(Targets, ReduceTest, ::testing::ValuesIn(ref::all_targets()), ref::target_name);
 
 // ---- misuse -----------------------------------------------------------------
 

@@ -4,11 +4,14 @@
 // left-to-right loops.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -136,6 +139,11 @@ inline void reduce16(Format fmt, Op op, std::uint16_t* dst,
 inline std::vector<std::int64_t> all_targets() {
   static const std::vector<std::int64_t> targets = kernels::simd_targets();
   return targets;
+}
+
+// The test name of a suite instantiated over all_targets(): the target's name.
+inline std::string target_name(const ::testing::TestParamInfo<std::int64_t>& info) {
+  return kernels::simd_target_name(info.param);
 }
 
 }  // namespace kolo::ref

@@ -22,10 +22,6 @@
 namespace kolotest {
 namespace {
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 std::string hostname() {
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);

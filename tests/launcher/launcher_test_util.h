@@ -48,6 +48,10 @@ class Kolorun {
 
 Outcome run_kolorun(const std::vector<std::string>& args, double timeout_s = 30);
 
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
 std::string rank_prog();
 double now_seconds();
 

@@ -33,10 +33,6 @@ class Teardown : public testing::Test {
   std::vector<pid_t> watched_;
 };
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 TEST_F(Teardown, AllRanksExitingZeroExitsZero) {
   Outcome o = run_kolorun({"-np", "3", rank_prog(), "exit", "0", "0"});
   EXPECT_EQ(o.code, 0);

@@ -17,6 +17,7 @@
 #include "agent_protocol.h"
 #include "outbox.h"
 #include "rank_env.h"
+#include "say.h"
 #include "signals.h"
 #include "spawn.h"
 #include "supervisor.h"
@@ -30,13 +31,6 @@ using Clock = std::chrono::steady_clock;
 // Frames queued beyond this stop the reading of the ranks' pipes until the
 // link has taken them (see SupervisorHooks::accept_output).
 constexpr std::size_t kMaxQueued = 8u << 20;
-constexpr auto kHeartbeat = std::chrono::seconds(1);
-
-void say(const std::string& who, const std::string& text) {
-  std::string line = who + ": " + text + "\n";
-  ssize_t ignored = ::write(2, line.data(), line.size());
-  (void)ignored;
-}
 
 std::string output_frame(int rank, int stream, std::string_view data) {
   Writer w;
@@ -122,7 +116,7 @@ class AgentLink : public SupervisorHooks {
         job.stop(sig);
       }
     } catch (const ProtocolError& e) {
-      say(who_, fmt::format("bad frame from the launching kolorun: {}", e.what()));
+      say_as(who_, fmt::format("bad frame from the launching kolorun: {}", e.what()));
       in_open_ = false;
       gone_ = true;
       job.kill_now("after a bad frame from the launching kolorun");
@@ -149,12 +143,12 @@ std::optional<JobSpec> read_job(FrameReader& in) {
         continue;  // a heartbeat before the job
       }
     } catch (const ProtocolError& e) {
-      say("kolorun agent", fmt::format("bad job from the launching kolorun: {}", e.what()));
+      say_as("kolorun agent", fmt::format("bad job from the launching kolorun: {}", e.what()));
       return std::nullopt;
     }
     pollfd p{0, POLLIN, 0};
     if (::poll(&p, 1, 60000) == 0) {
-      say("kolorun agent", "no job from the launching kolorun within 60 s");
+      say_as("kolorun agent", "no job from the launching kolorun within 60 s");
       return std::nullopt;
     }
     char buf[65536];

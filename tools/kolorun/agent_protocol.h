@@ -21,6 +21,7 @@
 // command line that `ps` shows, on either host.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -32,6 +33,9 @@
 namespace kolorun {
 
 inline constexpr std::string_view kAgentHello = "KOLORUN-AGENT-1\n";
+
+// How often each side sends 'H' (the table above).
+inline constexpr auto kHeartbeat = std::chrono::seconds(1);
 
 // A frame that does not parse: the peer is not a kolorun agent of this
 // version, or the stream is corrupt.

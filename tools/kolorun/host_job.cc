@@ -18,6 +18,7 @@
 #include "agent_protocol.h"
 #include "outbox.h"
 #include "relay.h"
+#include "say.h"
 #include "signals.h"
 
 extern char** environ;
@@ -28,16 +29,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kHeartbeat = std::chrono::seconds(1);
 // How long an agent may take beyond the grace period to report its ranks
 // gone before its connection is killed (it then SIGKILLs them itself).
 constexpr auto kAgentSlack = std::chrono::seconds(10);
-
-void say(const std::string& text) {
-  std::string line = "kolorun: " + text + "\n";
-  ssize_t ignored = ::write(2, line.data(), line.size());
-  (void)ignored;
-}
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));

@@ -16,6 +16,7 @@
 #include "host_job.h"
 #include "output_files.h"
 #include "rank_env.h"
+#include "say.h"
 #include "remote_shell.h"
 #include "job_store.h"
 #include "shm_sweep.h"
@@ -26,8 +27,6 @@
 namespace kolorun {
 
 namespace {
-
-void say(const std::string& text) { std::fprintf(stderr, "kolorun: %s\n", text.c_str()); }
 
 // How long a silent host is given: longer than the ranks' own peer timeout,
 // so that when a link goes down the ranks report the lost peers themselves

@@ -25,6 +25,7 @@
 #include "options.h"
 #include "output_files.h"
 #include "rank_env.h"
+#include "say.h"
 #include "job_store.h"
 #include "shm_sweep.h"
 #include "signals.h"
@@ -34,8 +35,6 @@
 namespace {
 
 using namespace kolorun;
-
-void say(const std::string& text) { std::fprintf(stderr, "kolorun: %s\n", text.c_str()); }
 
 // With fd 0, 1 or 2 closed, the next pipe would take its number and a rank's
 // dup2 onto it would clobber the wrong end; occupy them with /dev/null.

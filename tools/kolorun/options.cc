@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "say.h"
+
 namespace kolorun {
 
 namespace {
@@ -63,9 +65,7 @@ class UsageFormatter : public CLI::Formatter {
   }
 };
 
-void usage_error(const std::string& text) {
-  std::fprintf(stderr, "kolorun: %s\n", text.c_str());
-}
+void usage_error(const std::string& text) { say(text); }
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
