@@ -49,7 +49,10 @@
 
 namespace kolo::rdv {
 
-namespace {
+// What StoreServer::Impl holds, in a named namespace: a class outside any
+// anonymous namespace must not have members of anonymous types (unity builds
+// include this file into a larger unit, and GCC says so: -Wsubobject-linkage).
+namespace store_server_state {
 
 using Clock = std::chrono::steady_clock;
 using ConnId = std::uint64_t;
@@ -75,6 +78,12 @@ struct Conn {
   std::optional<Parked> parked;
   bool closed = false;  // dropped; erased at the end of the loop iteration
 };
+
+}  // namespace store_server_state
+
+using namespace store_server_state;
+
+namespace {
 
 proto::Response number_reply(std::int64_t n) {
   proto::Response r;
