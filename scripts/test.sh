@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 TORCH2_PYTHON=$(scripts/install-torch.sh)
-scripts/build.sh -DKOLO_BUILD_TESTS=ON -DKOLO_TORCH2_PYTHON="$TORCH2_PYTHON"
+scripts/build.sh -DKOLO_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_TORCH2_PYTHON="$TORCH2_PYTHON"
 BUILD=${KOLO_BUILD_DIR:-build}
 cd "$BUILD"
 # Multi-rank tests oversubscribe the cores already: run tests one at a time.
