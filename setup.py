@@ -28,7 +28,7 @@ class CMakeBuild(build_ext):
             pass
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *gen,
                         "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG",
-                        "-DKOLO_BUILD_TESTS=OFF", "-DCMAKE_UNITY_BUILD=ON",
+                        "-DKOLO_BUILD_TESTS=OFF",
                         "-DKOLO_WITH_TORCH=OFF", f"-DPython3_EXECUTABLE={sys.executable}"],
                        check=True)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(min(os.cpu_count() or 1, 4)))

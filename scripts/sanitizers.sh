@@ -58,8 +58,7 @@ configure_and_build() {  # DIR SANITIZER TARGETS...
   # -O1: the sanitizers' usual level; no NDEBUG, so assertions are on too.
   # -g1: line tables, all a report's stack needs; full -g took ~40 % longer
   # to compile (hosts_test.cc under ASan: 52 s vs 37 s on the dev VM).
-  # Unity builds as scripts/build.sh's.
-  if cmake -S . -B "$dir" -G Ninja -DCMAKE_UNITY_BUILD=ON -DKOLO_WITH_TORCH=OFF -DKOLO_SANITIZE="$san" -DKOLO_BUILD_TOOLS=ON \
+  if cmake -S . -B "$dir" -G Ninja -DKOLO_WITH_TORCH=OFF -DKOLO_SANITIZE="$san" -DKOLO_BUILD_TOOLS=ON \
       -DKOLO_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
       -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" > "$dir/sanitizer-build.log" 2>&1 &&
     ninja -C "$dir" "$@" >> "$dir/sanitizer-build.log" 2>&1; then

@@ -49,40 +49,6 @@
 
 namespace kolo::rdv {
 
-// What StoreServer::Impl holds, in a named namespace: a class outside any
-// anonymous namespace must not have members of anonymous types (unity builds
-// include this file into a larger unit, and GCC says so: -Wsubobject-linkage).
-namespace store_server_state {
-
-using Clock = std::chrono::steady_clock;
-using ConnId = std::uint64_t;
-
-// A get or wait that waits for keys to appear.
-struct Parked {
-  proto::Op op;
-  std::vector<std::string> keys;
-  std::size_t missing;  // distinct keys of `keys` not in the store yet
-  Clock::time_point deadline;
-};
-
-struct Conn {
-  Fd fd;
-  std::string peer;  // "ip:port", for the log
-  bool authed = false;
-  auth::Challenge challenge{};  // sent on accept; the answer must match it
-  auth::Identity who;           // what the peer claimed, once authenticated
-  // Before authentication: the answer's bytes so far (at most kAnswerBytes).
-  // After: bytes received and not yet parsed, at most one frame and one read.
-  std::string in;
-  std::string out;   // reply bytes the socket has not taken yet
-  std::optional<Parked> parked;
-  bool closed = false;  // dropped; erased at the end of the loop iteration
-};
-
-}  // namespace store_server_state
-
-using namespace store_server_state;
-
 namespace {
 
 proto::Response number_reply(std::int64_t n) {
@@ -108,6 +74,33 @@ constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 }  // namespace
 
 struct StoreServer::Impl {
+  // Nested, not in the anonymous namespace: a class outside it must not hold
+  // members of anonymous types (-Wsubobject-linkage in unity builds).
+  using Clock = std::chrono::steady_clock;
+  using ConnId = std::uint64_t;
+
+  // A get or wait that waits for keys to appear.
+  struct Parked {
+    proto::Op op;
+    std::vector<std::string> keys;
+    std::size_t missing;  // distinct keys of `keys` not in the store yet
+    Clock::time_point deadline;
+  };
+
+  struct Conn {
+    Fd fd;
+    std::string peer;  // "ip:port", for the log
+    bool authed = false;
+    auth::Challenge challenge{};  // sent on accept; the answer must match it
+    auth::Identity who;           // what the peer claimed, once authenticated
+    // Before authentication: the answer's bytes so far (at most kAnswerBytes).
+    // After: bytes received and not yet parsed, at most one frame and one read.
+    std::string in;
+    std::string out;   // reply bytes the socket has not taken yet
+    std::optional<Parked> parked;
+    bool closed = false;  // dropped; erased at the end of the loop iteration
+  };
+
   std::optional<auth::Key> key;  // none: the transitional open store
   Fd listener;
   Fd wake;  // eventfd: stop() writes it to get the thread out of poll()
