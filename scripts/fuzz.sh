@@ -8,7 +8,7 @@
 # with that file as its argument).
 #
 #   scripts/fuzz.sh [target...]     targets: store_protocol handshake (default: both)
-#   FUZZ_SECONDS   seconds per target (default 60)
+#   FUZZ_SECONDS   seconds each target runs, all targets at once (default 60)
 #   FUZZ_BUILD     build directory (default build-fuzz)
 #   FUZZ_CXX       compiler (default clang++; needs libFuzzer: libclang-rt-14-dev)
 set -uo pipefail
@@ -31,27 +31,43 @@ libs=($(pkg-config --libs libsodium) -lfmt)
 mkdir -p "$build" "$root/fuzz/artifacts"
 cd "$root"
 echo "fuzz: building with $cxx in $build"
+declare -A build_pid
 for t in "${targets[@]}"; do
   [ -n "${sources[$t]:-}" ] || { echo "fuzz: unknown target '$t' (store_protocol, handshake)"; exit 2; }
-  $cxx "${flags[@]}" "${sanitize[@]}" "fuzz/${t}_fuzz.cc" ${sources[$t]} -o "$build/${t}_fuzz" "${libs[@]}" ||
-    { echo "fuzz: cannot build $t"; exit 2; }
+  $cxx "${flags[@]}" "${sanitize[@]}" "fuzz/${t}_fuzz.cc" ${sources[$t]} -o "$build/${t}_fuzz" "${libs[@]}" &
+  build_pid[$t]=$!
 done
-# Seeds: valid messages of every kind, written by the real encoders.
-$cxx "${flags[@]}" fuzz/make_seeds.cc src/rendezvous/auth.cc src/rendezvous/store_protocol.cc \
-  -o "$build/make_seeds" "${libs[@]}" || { echo "fuzz: cannot build make_seeds"; exit 2; }
+for t in "${targets[@]}"; do
+  wait "${build_pid[$t]}" || { echo "fuzz: cannot build $t"; exit 2; }
+done
+# Seeds (valid messages of every kind, written by the real encoders) where
+# the corpus is missing; it is committed.
 if [ ! -d fuzz/corpus/store_protocol ] || [ ! -d fuzz/corpus/handshake ]; then
+  $cxx "${flags[@]}" fuzz/make_seeds.cc src/rendezvous/auth.cc src/rendezvous/store_protocol.cc \
+    -o "$build/make_seeds" "${libs[@]}" || { echo "fuzz: cannot build make_seeds"; exit 2; }
   mkdir -p fuzz/corpus/store_protocol fuzz/corpus/handshake
   "$build/make_seeds" fuzz/corpus/store_protocol fuzz/corpus/handshake
 fi
 
 failed=()
+# The targets run at once (each is one single-threaded process): the stage
+# takes FUZZ_SECONDS, not FUZZ_SECONDS per target, and each target still gets
+# its full time.
+declare -A pid new_inputs
 for t in "${targets[@]}"; do
   corpus=fuzz/corpus/$t
-  new=$(mktemp -d)
+  new_inputs[$t]=$(mktemp -d)
   echo "fuzz: $t for ${seconds}s (corpus $corpus: $(ls "$corpus" | wc -l) inputs)"
   # New inputs go to a scratch directory; the committed corpus is read only.
   "$build/${t}_fuzz" -max_total_time="$seconds" -max_len="${max_len[$t]}" -timeout=10 -rss_limit_mb=2048 \
-    -artifact_prefix="$root/fuzz/artifacts/$t-" -print_final_stats=1 "$new" "$corpus" > "$build/$t.log" 2>&1
+    -artifact_prefix="$root/fuzz/artifacts/$t-" -print_final_stats=1 "${new_inputs[$t]}" "$corpus" \
+    > "$build/$t.log" 2>&1 &
+  pid[$t]=$!
+done
+for t in "${targets[@]}"; do
+  corpus=fuzz/corpus/$t
+  new=${new_inputs[$t]}
+  wait "${pid[$t]}"
   rc=$?
   grep -E "^(#[0-9]+.*DONE|Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb)" "$build/$t.log" | sed "s/^/  $t: /"
   if [ $rc -ne 0 ]; then
