@@ -3,9 +3,10 @@
 //
 // Recording must not slow the job it watches, and must cost nothing while
 // off. So:
-// - Off, a collective pays one relaxed load and a branch (Trace's
-//   constructor); the other hooks (the backend's algorithm choice, the
-//   reduction clock) are a thread-local store or the same branch.
+// - Off, a collective pays one relaxed load and a branch where it is issued
+//   (Trace's constructor) and a null test where it runs; the other hooks (the
+//   backend's algorithm choice, the reduction clock) are a thread-local store
+//   or the same load and branch.
 // - On, a collective takes two or three clock reads and appends one Event
 //   (raw fields, no formatting) to a buffer of its own thread: each buffer
 //   has its own mutex, which only the writer's snapshot thread contends for,
