@@ -60,21 +60,27 @@ void check_root(const char* what, int root, int size) {
 }
 
 // Wraps a collective's body: number it, announce its fingerprint, run it.
+// `bytes`: what the timeline reports as the collective's size on this rank.
 template <class F>
-auto collective(detail::Context& c, Fingerprint fp, F body) {
+auto collective(detail::Context& c, Fingerprint fp, std::size_t bytes, F body) {
   static const bool verify = config::verify_calls();
-  return [&c, fp, body = std::move(body)]() mutable {
+  return [&c, fp, body = std::move(body), trace = detail::timeline::Trace(c, bytes)]() mutable {
     fp.seq = ++c.seq;
+    trace.start(fp, c.backend ? c.backend->name() : nullptr);
     try {
       if (verify) c.backend->begin(fp);
       body();
     } catch (const MismatchError& e) {
+      trace.finish(true);
       c.reject_collective(e);
     } catch (const IoError& e) {
+      trace.finish(true);
       c.fail_collective(e, false);
     } catch (const Error& e) {
+      trace.finish(true);
       c.fail_collective(e, true);
     }
+    trace.finish(false);
   };
 }
 
@@ -121,7 +127,7 @@ static auto allreduce_op(detail::Context& c, const void* in, void* out, std::siz
     fail("{}: input and output overlap without being the same buffer", what);
   in = nonnull(in);
   out = nonnull(out);
-  return collective(c, with_shape(fingerprint(Kind::Allreduce, t, count, op), shape),
+  return collective(c, with_shape(fingerprint(Kind::Allreduce, t, count, op), shape), bytes,
                     [&c, in, out, count, t, op] { c.backend->allreduce(in, out, count, t, op); });
 }
 
@@ -142,9 +148,10 @@ static auto broadcast_op(detail::Context& c, void* data, std::size_t count, DTyp
   const char* what = "broadcast";
   check_dtype_op(what, t, Op::Sum, false);
   check_root(what, root, c.size);
-  check_buffer(what, "data", data, checked_bytes(what, count, t, 1));
+  const std::size_t bytes = checked_bytes(what, count, t, 1);
+  check_buffer(what, "data", data, bytes);
   data = nonnull(data);
-  return collective(c, with_shape(fingerprint(Kind::Broadcast, t, count, Op::Sum, root), shape),
+  return collective(c, with_shape(fingerprint(Kind::Broadcast, t, count, Op::Sum, root), shape), bytes,
                     [&c, data, count, t, root] { c.backend->broadcast(data, count, t, root); });
 }
 
@@ -180,7 +187,7 @@ static auto allgatherv_op(detail::Context& c, const char* what, const void* in, 
   out = nonnull(out);
   const bool equal = std::string_view(what) == "allgather";
   Fingerprint fp = equal ? fingerprint(Kind::Allgather, t, counts[0]) : fingerprint_v(t, counts);
-  return collective(c, fp, [&c, in, out, counts = std::move(counts), t] {
+  return collective(c, fp, total, [&c, in, out, counts = std::move(counts), t] {
     c.backend->allgatherv(in, out, counts, t);
   });
 }
@@ -219,7 +226,7 @@ static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std
          what, c.rank);
   in = nonnull(in);
   out = nonnull(out);
-  return collective(c, with_shape(fingerprint(Kind::ReduceScatter, t, count, op), shape),
+  return collective(c, with_shape(fingerprint(Kind::ReduceScatter, t, count, op), shape), total,
                     [&c, in, out, count, t, op] { c.backend->reduce_scatter(in, out, count, t, op); });
 }
 
@@ -244,7 +251,7 @@ static auto alltoall_op(detail::Context& c, const void* in, void* out, std::size
   if (overlap(in, total, out, total)) fail("{}: input and output must not overlap", what);
   in = nonnull(in);
   out = nonnull(out);
-  return collective(c, fingerprint(Kind::Alltoall, t, count),
+  return collective(c, fingerprint(Kind::Alltoall, t, count), total,
                     [&c, in, out, count, t] { c.backend->alltoall(in, out, count, t); });
 }
 
@@ -259,7 +266,7 @@ Work Communicator::alltoall_async(const void* in, void* out, std::size_t count, 
 
 // ---- barrier ------------------------------------------------------------------
 static auto barrier_op(detail::Context& c) {
-  return collective(c, fingerprint(Kind::Barrier, DType::U8, 0), [&c] { c.backend->barrier(); });
+  return collective(c, fingerprint(Kind::Barrier, DType::U8, 0), 0, [&c] { c.backend->barrier(); });
 }
 
 void Communicator::barrier() {

@@ -6,6 +6,7 @@
 
 #include "collectives/backend.h"
 #include "connect.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/context.h"
@@ -35,6 +36,7 @@ Communicator init() {
   }
   Communicator comm;
   comm.ctx_ = std::move(ctx);
+  if (const std::string path = config::timeline_path(); !path.empty()) timeline::start(comm, path);
   return comm;
 }
 

@@ -87,6 +87,11 @@ class Work {
   std::shared_ptr<detail::WorkState> state_;
 };
 
+class Communicator;
+namespace timeline {
+void start(const Communicator& comm, const std::string& path);
+}
+
 // Communicator::split's color for a rank that joins no subgroup (MPI_UNDEFINED).
 inline constexpr int kUndefined = -1;
 
@@ -237,6 +242,7 @@ class Communicator {
   // among them, under the store key space `prefix`.
   Communicator form(const std::vector<int>& members, const std::string& prefix);
   friend Communicator init();
+  friend void timeline::start(const Communicator& comm, const std::string& path);
   std::shared_ptr<detail::Context> ctx_;
 };
 
@@ -245,5 +251,33 @@ class Communicator {
 // Slurm's; connects to every peer (shared memory with ranks on this host by
 // default, TCP otherwise). Collective over all ranks of the job.
 Communicator init();
+
+// The timeline: a Chrome-trace JSON file (Perfetto, chrome://tracing) of every
+// collective of every rank, with its phases and the rank each waited for.
+// KOLO_TIMELINE=path (kolorun --timeline-filename) starts it in init() and it
+// stops when that communicator goes. README "Timeline" shows what it holds.
+namespace timeline {
+// Starts recording this process's collectives (every communicator's).
+// Collective over `comm`: every rank calls it; rank 0 of comm writes `path`
+// at stop(), while each rank keeps a snapshot of its own events in
+// `path`.rank<R>.json until then (what a killed job leaves). Errors:
+// already recording; a file that cannot be written (named).
+void start(const Communicator& comm, const std::string& path);
+// Stops recording and writes the file: every rank hands its events to rank 0
+// through the rendezvous store (collective over start()'s communicator).
+// Nothing when not recording.
+void stop();
+bool on();
+// The clock of span(): std::chrono::steady_clock (CLOCK_MONOTONIC), in ns.
+std::int64_t now_ns();
+// The caller's name for the next collective this thread issues (Horovod's
+// name=), shown in the trace. Nothing when off.
+void name_next(const std::string& name);
+// A span of the caller's own (a gradient bucket, backward, an optimizer step)
+// on this thread's track; `args_json`: empty or JSON object members
+// ("\"bytes\": 4096"). Nothing when off.
+void span(const char* category, const std::string& name, std::int64_t begin_ns, std::int64_t end_ns,
+          const std::string& args_json = {});
+}  // namespace timeline
 
 }  // namespace kolo

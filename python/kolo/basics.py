@@ -61,8 +61,23 @@ def shutdown():
     if c is not None:
         from kolo import handles, process_sets
         handles.drain()
+        _C.timeline_stop()  # writes the file while the communicator is up (nothing when off)
         process_sets.reset_process_sets()
         c.close()
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's: records every collective of every rank into file_path, a
+    Chrome-trace JSON (Perfetto, chrome://tracing), written at stop_timeline()
+    or shutdown(). Collective: every rank calls it. ``mark_cycles`` is accepted
+    and ignored (kolo has no negotiation cycles to mark). An unwritable path is
+    a kolo error naming it; starting twice is an error."""
+    _C.timeline_start(comm_of_world(), os.fspath(file_path))
+
+
+def stop_timeline():
+    """Horovod's: stops recording and writes the file (collective; nothing when off)."""
+    _C.timeline_stop()
 
 
 atexit.register(shutdown)

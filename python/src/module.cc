@@ -44,6 +44,9 @@
 //                                           (torch's new_group)
 //     world_ranks() -> list[int]            init()'s rank of each rank
 //   class Work:  wait() (rethrows the collective's error), test() -> bool, valid()
+//   timeline_start(comm, path), timeline_stop(), timeline_on() -> bool,
+//   timeline_now_ns() -> int, timeline_name_next(name),
+//   timeline_span(category, name, begin_ns, end_ns, args_json="")   (kolo.h's kolo::timeline)
 //
 // Every blocking call and Work.wait() release the GIL; the buffers must stay
 // alive (and, for async calls, untouched) until the call or Work completes —
@@ -124,6 +127,17 @@ PYBIND11_MODULE(_C, m) {
       .def("valid", &kolo::Work::valid);
 
   m.def("init", [] { return kolo::init(); }, Release());
+
+  m.def("timeline_start", [](const C& c, const std::string& path) { kolo::timeline::start(c, path); },
+        Release());
+  m.def("timeline_stop", [] { kolo::timeline::stop(); }, Release());
+  m.def("timeline_on", [] { return kolo::timeline::on(); });
+  m.def("timeline_now_ns", [] { return kolo::timeline::now_ns(); });
+  m.def("timeline_name_next", [](const std::string& name) { kolo::timeline::name_next(name); });
+  m.def("timeline_span",
+        [](const std::string& category, const std::string& name, std::int64_t b, std::int64_t e,
+           const std::string& args) { kolo::timeline::span(category.c_str(), name, b, e, args); },
+        "category"_a, "name"_a, "begin_ns"_a, "end_ns"_a, "args_json"_a = "");
 
   py::class_<C>(m, "Communicator")
       .def("rank", &C::rank)

@@ -4,6 +4,7 @@
 #include "collectives/backend.h"
 #include "collectives/hier_algorithms.h"
 #include "collectives/select.h"
+#include "engine/timeline.h"
 #include "rendezvous/hosts.h"
 
 namespace kolo::collectives {
@@ -75,7 +76,9 @@ class HierBackend final : public Backend {
   }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
-    if (select_hier_allreduce(count * dtype_size(t), h_.local->chunk_bytes()) == AllreduceAlgo::OneShot)
+    const AllreduceAlgo a = select_hier_allreduce(count * dtype_size(t), h_.local->chunk_bytes());
+    detail::timeline::algorithm = algo_name(a);
+    if (a == AllreduceAlgo::OneShot)
       hier_allreduce_oneshot(h_, in, out, count, t, op);
     else
       hier_allreduce_sharded(h_, in, out, count, t, op);

@@ -3,6 +3,7 @@
 
 #include "collectives/backend.h"
 #include "collectives/shm_algorithms.h"
+#include "engine/timeline.h"
 #include "kernels/reduce.h"
 
 namespace kolo::collectives {
@@ -38,7 +39,7 @@ void shm_allreduce_chunked(ShmGroup& g, const void* in, void* out, std::size_t c
       const std::size_t m = std::min(per_chunk, count - j * per_chunk);
       const std::size_t lo = piece_begin(m, n, r), hi = piece_begin(m, n, r + 1);
       for (int q = 0; q < n; ++q) srcs[q] = g.slot(q, e) + lo * es;
-      kernels::reduce(t, kernel_op(op), g.slot(r, e) + lo * es, srcs, n, hi - lo,
+      detail::timeline::timed_reduce(t, kernel_op(op), g.slot(r, e) + lo * es, srcs, n, hi - lo,
                       kernel_divisor(op, n));
     }
     if (j > 0) {

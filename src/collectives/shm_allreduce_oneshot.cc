@@ -2,6 +2,7 @@
 
 #include "collectives/backend.h"
 #include "collectives/shm_algorithms.h"
+#include "engine/timeline.h"
 #include "kernels/reduce.h"
 
 namespace kolo::collectives {
@@ -15,7 +16,7 @@ void shm_allreduce_oneshot(ShmGroup& g, const void* in, void* out, std::size_t c
   // Every rank sums the same slots in the same order: identical bits everywhere.
   const void** srcs = g.sources();
   for (int q = 0; q < g.size(); ++q) srcs[q] = g.slot(q, e);
-  kernels::reduce(t, kernel_op(op), out, srcs, g.size(), count, kernel_divisor(op, g.size()));
+  detail::timeline::timed_reduce(t, kernel_op(op), out, srcs, g.size(), count, kernel_divisor(op, g.size()));
 }
 
 }  // namespace kolo::collectives

@@ -2,6 +2,7 @@
 #include "collectives/backend.h"
 #include "collectives/select.h"
 #include "collectives/shm_algorithms.h"
+#include "engine/timeline.h"
 
 namespace kolo::collectives {
 
@@ -19,7 +20,9 @@ class ShmBackend final : public Backend {
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     const std::size_t bytes = count * dtype_size(t);
-    if (select_allreduce(true, bytes, g_.chunk_bytes()) == AllreduceAlgo::OneShot)
+    const AllreduceAlgo a = select_allreduce(true, bytes, g_.chunk_bytes());
+    detail::timeline::algorithm = algo_name(a);
+    if (a == AllreduceAlgo::OneShot)
       shm_allreduce_oneshot(g_, in, out, count, t, op);
     else
       shm_allreduce_chunked(g_, in, out, count, t, op);

@@ -1,4 +1,5 @@
 #include "collectives/shm_algorithms.h"
+#include "engine/timeline.h"
 #include "kernels/reduce.h"
 
 namespace kolo::collectives {
@@ -16,7 +17,7 @@ void shm_reduce_blocks(ShmGroup& g, const void* in, void* out, std::span<const s
                      [&](std::uint64_t e, std::size_t at, std::size_t piece) {
                        if (!owner || at >= counts[r]) return;
                        for (int q = 0; q < n; ++q) srcs[q] = g.slot(q, e) + r * piece * es;
-                       kernels::reduce(t, kop, dst + (offsets[r] + at) * es, srcs, n,
+                       detail::timeline::timed_reduce(t, kop, dst + (offsets[r] + at) * es, srcs, n,
                                        std::min(piece, counts[r] - at), divisor);
                      });
 }

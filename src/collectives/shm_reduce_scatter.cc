@@ -1,5 +1,6 @@
 #include "collectives/backend.h"
 #include "collectives/shm_algorithms.h"
+#include "engine/timeline.h"
 #include "kernels/reduce.h"
 
 namespace kolo::collectives {
@@ -13,7 +14,7 @@ void shm_reduce_scatter(ShmGroup& g, const void* in, void* out, std::size_t coun
   shm_block_pieces(g, in, count, es, "reduce_scatter",
                    [&](std::uint64_t e, std::size_t at, std::size_t m, std::size_t piece) {
                      for (int q = 0; q < n; ++q) srcs[q] = g.slot(q, e) + r * piece * es;
-                     kernels::reduce(t, kernel_op(op), dst + at * es, srcs, n, m,
+                     detail::timeline::timed_reduce(t, kernel_op(op), dst + at * es, srcs, n, m,
                                      kernel_divisor(op, n));
                    });
 }

@@ -2,6 +2,7 @@
 
 #include "collectives/backend.h"
 #include "collectives/tcp_algorithms.h"
+#include "engine/timeline.h"
 #include "kernels/reduce.h"
 
 namespace kolo::collectives {
@@ -27,7 +28,7 @@ void tcp_allreduce_oneshot(TcpMesh& m, Scratch& s, const void* in, void* out, st
     srcs[q] = inbox + q * bytes;
   }
   m.exchange(sends, recvs, "allreduce (oneshot)");
-  kernels::reduce(t, kop, out, srcs.data(), n, count, divisor);
+  detail::timeline::timed_reduce(t, kop, out, srcs.data(), n, count, divisor);
 }
 
 }  // namespace kolo::collectives

@@ -4,6 +4,7 @@
 #include "collectives/backend.h"
 #include "collectives/select.h"
 #include "collectives/tcp_algorithms.h"
+#include "engine/timeline.h"
 
 namespace kolo::collectives {
 
@@ -21,8 +22,9 @@ class TcpBackend final : public Backend {
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     const std::size_t bytes = count * dtype_size(t);
-    if (select_allreduce(false, bytes, std::numeric_limits<std::size_t>::max()) ==
-        AllreduceAlgo::OneShot)
+    const AllreduceAlgo a = select_allreduce(false, bytes, std::numeric_limits<std::size_t>::max());
+    detail::timeline::algorithm = algo_name(a);
+    if (a == AllreduceAlgo::OneShot)
       tcp_allreduce_oneshot(mesh_, scratch_, in, out, count, t, kernel_op(op), kernel_divisor(op, mesh_.size()));
     else
       tcp_allreduce_ring(mesh_, scratch_, in, out, count, t, kernel_op(op), kernel_divisor(op, mesh_.size()));

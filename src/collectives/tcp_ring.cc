@@ -6,6 +6,7 @@
 
 #include "collectives/tcp_algorithms.h"
 #include "core/config.h"
+#include "engine/timeline.h"
 #include "kernels/reduce.h"
 
 namespace kolo::collectives {
@@ -38,7 +39,7 @@ void ring_reduce_scatter(TcpMesh& m, char* work, char* recv, Blocks b, DType t, 
       std::size_t ready = rv[0].done == rbytes ? rbytes : rv[0].done / segment * segment;
       if (ready <= reduced) return;
       const void* srcs[2] = {acc + reduced, recv + reduced};
-      kernels::reduce(t, op, acc + reduced, srcs, 2, (ready - reduced) / es, last ? divisor : 0);
+      detail::timeline::timed_reduce(t, op, acc + reduced, srcs, 2, (ready - reduced) / es, last ? divisor : 0);
       reduced = ready;
     };
     m.exchange({&send, 1}, {&rcv, 1}, "reduce-scatter (ring)", reduce_arrived);

@@ -85,5 +85,12 @@ std::vector<Setting> job_wide_settings();
 
 // --- diagnostics -----------------------------------------------------------
 inline std::string log_level() { return env_str("KOLO_LOG", "warn"); }
+// The timeline file (Chrome trace) that init() starts recording to; empty: none.
+inline std::string timeline_path() { return env_str("KOLO_TIMELINE", ""); }
+// How often each rank rewrites the snapshot of its own events (ms); the
+// writer waits longer when a rewrite takes more than 2 % of that.
+inline std::int64_t timeline_flush_ms() { return env_int("KOLO_TIMELINE_FLUSH_MS", 1000); }
+// How long rank 0 waits at the end for every rank's events (ms).
+inline std::int64_t timeline_merge_timeout_ms() { return env_int("KOLO_TIMELINE_MERGE_TIMEOUT_MS", 60000); }
 
 }  // namespace kolo::config

@@ -36,6 +36,7 @@
 #include "collectives/backend.h"
 #include "core/rejected.h"
 #include "engine/engine.h"
+#include "engine/timeline.h"
 #include "rendezvous/store.h"
 
 namespace kolo::detail {
@@ -64,6 +65,13 @@ struct Context {
   std::shared_ptr<const std::vector<int>> world;
   int splits = 0;  // subgroups made from this communicator so far: names the next one's keys
   std::uint64_t seq = 0;  // collectives run so far (touched by the engine's running op only)
+  // How the timeline names this communicator (made on its first recorded collective).
+  std::shared_ptr<const timeline::CommInfo> timeline_comm;
+  // Set while the timeline session started on this communicator runs: its
+  // destructor ends the session (engine/timeline.h). Declared after the store
+  // and before the engine: it runs when every queued collective has finished,
+  // while the store rank 0 may host is still up.
+  std::unique_ptr<timeline::Attachment> timeline;
   Engine engine;  // declared last: destroyed first, so queued work finishes before the backend goes
 
   Work make_work(std::shared_ptr<WorkState> s) { return Work(std::move(s)); }

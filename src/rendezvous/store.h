@@ -67,6 +67,9 @@ class StoreClient {
   void wait(const std::vector<std::string>& keys, Millis timeout);
   // True when all keys exist (does not wait).
   bool check(const std::vector<std::string>& keys);
+  // The store host's clock (system_clock, ns since the epoch), for aligning
+  // ranks' clocks (engine/timeline.h).
+  std::int64_t server_clock_ns();
 
   // The local IP address of this connection: an address of this host that
   // the store's host can reach, which ranks publish for their data sockets.

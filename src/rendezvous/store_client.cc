@@ -164,7 +164,7 @@ proto::Response StoreClient::Impl::call(const proto::Request& req, Millis timeou
   try {
     frame = proto::frame(req);
   } catch (const proto::ProtocolError& e) {
-    fail("rendezvous: cannot {} key {}: {}", proto::op_name(req.op), req.keys.at(0), e.what());
+    fail("rendezvous: cannot {} key {}: {}", proto::op_name(req.op), req.keys.empty() ? "" : req.keys[0], e.what());
   }
   send_all(frame);
   // Clamped so that a huge timeout cannot overflow the clock.
@@ -192,6 +192,10 @@ void StoreClient::set(const std::string& key, const std::string& value) {
 
 std::string StoreClient::get(const std::string& key, Millis timeout) {
   return impl_->call({proto::Op::Get, {key}, {}, timeout.count()}, timeout).value;
+}
+
+std::int64_t StoreClient::server_clock_ns() {
+  return impl_->call({proto::Op::Time, {}, {}, 0}, Millis{0}).number;
 }
 
 std::int64_t StoreClient::add(const std::string& key, std::int64_t delta) {

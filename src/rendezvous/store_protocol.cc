@@ -110,6 +110,7 @@ const char* op_name(Op op) {
     case Op::Add: return "add";
     case Op::Wait: return "wait";
     case Op::Check: return "check";
+    case Op::Time: return "time";
   }
   return "?";
 }
@@ -150,6 +151,9 @@ Request parse_request(std::string_view body) {
       break;
     case static_cast<std::uint8_t>(Op::Wait):
     case static_cast<std::uint8_t>(Op::Check):
+      break;
+    case static_cast<std::uint8_t>(Op::Time):
+      if (!f.keys.empty()) throw ProtocolError(fmt::format("time takes no key, got {}", f.keys.size()));
       break;
     default:
       throw ProtocolError(fmt::format("unknown command {}", f.tag));

@@ -24,7 +24,9 @@ inline constexpr std::size_t kPrefixBytes = 8;
 // below what would hurt a host to buffer.
 inline constexpr std::uint64_t kMaxBodyBytes = 64ull << 20;
 
-enum class Op : std::uint8_t { Set = 1, Get = 2, Add = 3, Wait = 4, Check = 5 };
+// Time: the server's clock (system_clock, ns since the epoch) in number; ranks
+// align their timeline clocks with it (engine/timeline.h).
+enum class Op : std::uint8_t { Set = 1, Get = 2, Add = 3, Wait = 4, Check = 5, Time = 6 };
 enum class Status : std::uint8_t { Ok = 0, Timeout = 1, Error = 2 };
 
 struct Request {
@@ -37,7 +39,7 @@ struct Request {
 struct Response {
   Status status = Status::Ok;
   std::string value;              // Get: the value; Error: the message
-  std::int64_t number = 0;        // Add: the new value; Check: 1 when all keys exist
+  std::int64_t number = 0;        // Add: the new value; Check: 1 when all keys exist; Time: the clock
   std::vector<std::string> keys;  // Timeout: the keys still missing
 };
 

@@ -383,6 +383,9 @@ void StoreServer::Impl::handle(ConnId id, proto::Request& req) {
       reply(id, number_reply(next));
       return store(key, std::to_string(next));
     }
+    case Op::Time:
+      return reply(id, number_reply(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch()).count()));
     case Op::Check:
       return reply(id, number_reply(std::all_of(req.keys.begin(), req.keys.end(),
                                                 [&](const std::string& k) { return data.count(k) > 0; })));

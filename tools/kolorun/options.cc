@@ -3,7 +3,12 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +36,7 @@ variables added to kolorun's environment:
   KOLO_JOB_ID        16 hex digits, random per job
   KOLO_SECRET        32 hex digits from /dev/urandom, the job's shared secret
   KOLO_IFACE         the --network-interface value, when given
+  KOLO_TIMELINE      the --timeline-filename file (absolute), when given
   and each -x variable. Every other KOLO_* variable of kolorun's environment
   (kolo's settings: KOLO_TRANSPORT, KOLO_HIERARCHICAL, ...; not KOLO_HOSTNAME)
   reaches every rank, on other hosts too; ranks whose settings that must agree
@@ -151,6 +157,11 @@ ParseResult parse_options(int argc, char** argv) {
                  "also given to the ranks as KOLO_IFACE (default: $KOLO_IFACE, else the interface that "
                  "routes to the first remote host)")
       ->type_name("NAME|CIDR");
+  std::string timeline;
+  app.add_option("--timeline-filename", timeline,
+                 "Record a Chrome-trace timeline of every collective of every rank into FILE (Perfetto, "
+                 "chrome://tracing); given to the ranks as KOLO_TIMELINE; kolo-trace report FILE summarises it")
+      ->type_name("FILE");
   app.add_option("--host-timeout", o.host_timeout_s,
                  "A host from which nothing arrives for S seconds is lost and fails the job "
                  "(default: KOLO_PEER_TIMEOUT_MS + 5 s, 15 s)")
@@ -238,6 +249,23 @@ ParseResult parse_options(int argc, char** argv) {
       usage_error(fmt::format("-x {}: {} is not set in kolorun's environment (use -x {}=value)", name, name, name));
       return {std::nullopt, 2};
     }
+  }
+  if (app.count("--timeline-filename") > 0) {
+    // Absolute, so that every rank writes the same file whatever its directory;
+    // the directory is checked here, where the error reaches the user first.
+    std::error_code ec;
+    const auto path = std::filesystem::absolute(timeline, ec);
+    const auto dir = path.parent_path();
+    if (timeline.empty() || ec || path.filename().empty()) {
+      usage_error(fmt::format("--timeline-filename: '{}' is not a file name", timeline));
+      return {std::nullopt, 2};
+    }
+    if (::access(dir.c_str(), W_OK) != 0) {
+      usage_error(fmt::format("--timeline-filename {}: cannot write to directory {}: {}", timeline, dir.string(),
+                              std::strerror(errno)));
+      return {std::nullopt, 2};
+    }
+    o.env.push_back("KOLO_TIMELINE=" + path.string());
   }
   if (o.np < 1) {
     usage_error(fmt::format("-np must be at least 1, got {}", o.np));

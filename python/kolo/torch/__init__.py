@@ -7,7 +7,7 @@ Horovod's, each a kolo sub-communicator.
 """
 from kolo._C import Error as KoloError
 from kolo.basics import (init, shutdown, is_initialized, rank, size, local_rank, local_size,
-                         cross_rank, cross_size)
+                         cross_rank, cross_size, start_timeline, stop_timeline)
 from kolo.process_sets import (ProcessSet, add_process_set, remove_process_set,
                                global_process_set)
 from kolo.torch.dtypes import Average, Sum, Min, Max, Product, Adasum, ReduceOp
@@ -71,10 +71,3 @@ def cuda_built():
 def rocm_built():
     return False
 
-
-def start_timeline(file_path, mark_cycles=False):
-    """Accepted for compatibility; kolo has no timeline file."""
-
-
-def stop_timeline():
-    """Accepted for compatibility."""

@@ -44,6 +44,13 @@ def _scale(what, t, factor, kind):
     return t * factor
 
 
+def _name_next(name):
+    """Horovod's name= labels the next collective in the timeline (kolo matches
+    collectives by order, so the name has no other use)."""
+    if name and _C.timeline_on():
+        _C.timeline_name_next(str(name))
+
+
 # ---- allreduce ---------------------------------------------------------------------
 def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocking):
     """Reduces tensor into output (output may be tensor: in place).
@@ -75,6 +82,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
             if postscale != 1.0:
                 output.copy_(_scale(what, output, postscale, "postscale_factor"))
             return output
+    _name_next(name)
     if blocking:
         c.allreduce(*args)
         return finish()
@@ -207,6 +215,7 @@ def _allgather_start(what, tensor, name, blocking):
     counts = [f * per_row for f in firsts]
     c = comm()
     args = (t.data_ptr(), output.data_ptr(), counts, dt)
+    _name_next(name)
     if blocking:
         c.allgatherv(*args)
         return output
@@ -243,6 +252,7 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
     dt, n = move_code(output)
     c = comm()
     args = (output.data_ptr(), n, dt, root_in_scope(root_rank, what), output.shape)
+    _name_next(name)
     if blocking:
         c.broadcast(*args)
         return output
@@ -307,6 +317,7 @@ def _alltoall_start(what, tensor, splits, name, blocking):
     recv_rows = [matrix[src][me] for src in range(n)]
     biggest = max(max(r) for r in matrix)
     equal = all(x == biggest for r in matrix for x in r)
+    _name_next(name)
     work, recv, keep = alltoallv.start(c, torch.split(t, s), biggest, whole=t if equal else None)
     received = torch.tensor(recv_rows, dtype=torch.int32)
 
@@ -370,6 +381,7 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
         if postscale != 1.0:
             res = _scale(what, res, postscale, "postscale_factor")
         return res
+    _name_next(name)
     if blocking:
         c.reduce_scatter(*args)
         return finish()

@@ -62,6 +62,7 @@ class _Bucket:
         self.code = dtypes._NATIVE.get(wire_dtype)
         self.work = None
         self.target = None  # what this step's allreduce reduces: buffer, or p.grad itself
+        self.t_issue = 0  # timeline: when its allreduce was issued (ns)
 
 
 def _wire_dtype(compression, p):
@@ -176,6 +177,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                            "computed more than backward_passes_per_step times "
                                            "before step() or synchronize(); raise "
                                            "backward_passes_per_step or call step()"))
+            if self._t_first is None:  # the timeline's "backward" starts at the first gradient
+                self._t_first = _C.timeline_now_ns() if _C.timeline_on() else 0
             self._passes[p] = self._passes.get(p, 0) + 1
             if self._passes[p] == self.backward_passes_per_step:
                 self._ready.add(p)
@@ -187,6 +190,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._passes = {}
         self._ready = set()
         self._next = 0  # index of the next bucket to issue
+        self._t_first = None  # timeline: first gradient of the round (0: timeline off)
 
     def _start_round(self, active):
         self._flag[0] = 1 if active else 0
@@ -217,6 +221,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._fill(b)
             b.target = b.buffer
         ptr = b.target.data_ptr()
+        if self._t_first:
+            _C.timeline_name_next(f"bucket {self._next}")  # _issue_ready's index of b
+            b.t_issue = _C.timeline_now_ns()
         b.work = self._comm().allreduce_async(ptr, ptr, b.buffer.numel(), b.code, self._wire_op)
 
     def _fill(self, b):
@@ -248,11 +255,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._flag_work is None:  # no buckets at all: the flag still keeps join() in step
             self._start_round(True)
         targets = [b.target for b in self._buckets]
+        t_first = self._t_first
+        t_sync = _C.timeline_now_ns() if t_first else 0
         try:
             self._flag_work.wait()
             active = int(self._flag[0])
-            for b in self._buckets:
+            for i, b in enumerate(self._buckets):
                 b.work.wait()
+                if t_first:  # issue to done, as this thread saw it
+                    _C.timeline_span("torch", f"bucket {i}", b.t_issue, _C.timeline_now_ns(),
+                                     f'"bytes": {b.buffer.numel() * b.buffer.element_size()}, '
+                                     f'"params": {len(b.params)}')
+            if t_first:
+                _C.timeline_span("torch", "backward", t_first, t_sync,
+                                 '"from": "the first gradient ready"')
+                _C.timeline_span("torch", "synchronize", t_sync, _C.timeline_now_ns())
         finally:
             self._flag_work = None
             for b in self._buckets:
@@ -312,7 +329,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        if not _C.timeline_on():
+            return super(self.__class__, self).step(closure)
+        t0 = _C.timeline_now_ns()
+        result = super(self.__class__, self).step(closure)
+        _C.timeline_span("torch", "optimizer step", t0, _C.timeline_now_ns())
+        return result
 
     def zero_grad(self, *args, **kwargs):
         if self._flag_work is not None:

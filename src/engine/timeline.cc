@@ -1,0 +1,129 @@
+// The recorder's buffers and kolo::timeline's public calls (timeline.h says
+// why it is built this way; the file and the merge are timeline_writer.cc's).
+#include "engine/timeline.h"
+
+#include <mutex>
+
+#include "engine/context.h"
+#include "engine/timeline_writer.h"
+
+namespace kolo::detail::timeline {
+
+std::atomic<bool> recording{false};
+
+namespace {
+
+// One per thread that ever recorded. The registry keeps a buffer after its
+// thread exits, until the writer has taken its events.
+struct Buffer {
+  std::mutex mu;
+  std::vector<Event> events;
+  int thread = 0;
+  std::atomic<bool> orphan{false};
+};
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::shared_ptr<Buffer>> buffers;
+  int threads = 0;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: threads may record during exit
+  return *r;
+}
+
+// Registers this thread's buffer on first use; marks it orphan at thread exit.
+struct Holder {
+  std::shared_ptr<Buffer> b;
+  Buffer& get() {
+    if (!b) {
+      b = std::make_shared<Buffer>();
+      auto& r = registry();
+      std::lock_guard lk(r.mu);
+      b->thread = r.threads++;
+      r.buffers.push_back(b);
+    }
+    return *b;
+  }
+  ~Holder() {
+    if (b) b->orphan = true;
+  }
+};
+
+thread_local Holder holder;
+thread_local std::string next_name;  // name_next()'s, for the next collective issued here
+
+std::mutex comm_mu;  // makes each Context's CommInfo once
+
+}  // namespace
+
+void record(Event&& e) {
+  Buffer& b = holder.get();
+  e.thread = b.thread;
+  std::lock_guard lk(b.mu);
+  b.events.push_back(std::move(e));
+}
+
+void take_events(std::vector<Event>& out) {
+  auto& r = registry();
+  std::lock_guard lk(r.mu);
+  for (auto& b : r.buffers) {
+    std::lock_guard blk(b->mu);
+    for (auto& e : b->events) out.push_back(std::move(e));
+    b->events.clear();
+  }
+  std::erase_if(r.buffers, [](const std::shared_ptr<Buffer>& b) { return b->orphan && b->events.empty(); });
+}
+
+void Trace::arm(Context& c, std::size_t bytes) {
+  ev_ = std::make_shared<Event>();
+  ev_->bytes = bytes;
+  ev_->submit = now();
+  if (!next_name.empty()) ev_->name = std::exchange(next_name, {});
+  std::lock_guard lk(comm_mu);
+  if (!c.timeline_comm) {
+    auto info = std::make_shared<CommInfo>();
+    info->key = c.base_prefix.empty() ? c.prefix : c.base_prefix;
+    for (int q = 0; q < c.size; ++q) info->world.push_back(c.world_rank(q));
+    c.timeline_comm = std::move(info);
+  }
+  ev_->comm = c.timeline_comm;
+}
+
+Attachment::~Attachment() { close_session(true); }
+
+}  // namespace kolo::detail::timeline
+
+namespace kolo::timeline {
+
+namespace tl = detail::timeline;
+
+void start(const Communicator& comm, const std::string& path) {
+  if (!comm.ctx_) throw Error(rank_prefix() + "timeline: the communicator is not initialised");
+  tl::open_session(*comm.ctx_, path);
+}
+
+void stop() { tl::close_session(); }
+
+bool on() { return tl::on(); }
+
+std::int64_t now_ns() { return tl::now(); }
+
+void name_next(const std::string& name) {
+  if (tl::on()) tl::next_name = name;
+}
+
+void span(const char* category, const std::string& name, std::int64_t begin_ns, std::int64_t end_ns,
+          const std::string& args_json) {
+  if (!tl::on()) return;
+  tl::Event e;
+  e.category = category;  // callers pass literals; the writer copies it out
+  e.name = name;
+  e.args = args_json;
+  e.begin = begin_ns;
+  e.end = end_ns;
+  tl::record(std::move(e));
+}
+
+}  // namespace kolo::timeline
