@@ -3,7 +3,7 @@
 # torch ($PY, default python3) on a machine without Debian's development
 # packages, from the .debs that pack.sh put in DIR (unpacked into
 # /tmp/kolodeps; the programs find them by their RUNPATH).
-#   bench/device/build.sh DIR BUILD_DIR
+#   bench/device/build.sh DIR BUILD_DIR [more ninja targets, e.g. kolo-bench]
 set -euo pipefail
 dir=$(cd "${1:?usage: build.sh DIR BUILD_DIR}" && pwd) build=${2:?usage: build.sh DIR BUILD_DIR}
 PY=${PY:-python3} deps=/tmp/kolodeps
@@ -24,4 +24,4 @@ export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 cmake -S "$(dirname "$0")/../.." -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOLO_BUILD_TESTS=OFF \
   -DKOLO_WITH_PYTHON=OFF -DCMAKE_IGNORE_PREFIX_PATH=/usr -DCMAKE_PREFIX_PATH="$deps/usr;$torch_cmake" \
   -DCMAKE_EXE_LINKER_FLAGS="$rpath_link"
-ninja -C "$build" kolorun fashion_mnist
+ninja -C "$build" kolorun fashion_mnist "${@:3}"

@@ -76,7 +76,7 @@ void escape(std::string& out, std::string_view s) {
   }
 }
 
-std::string quoted(std::string_view s) {
+std::string json_string(std::string_view s) {
   std::string out = "\"";
   escape(out, s);
   out += '"';
@@ -145,7 +145,7 @@ struct Session {
     events += fmt::format(
         "{{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": {0}, \"tid\": {1}, \"args\": {{\"name\": {2}}}}},\n"
         "{{\"ph\": \"M\", \"name\": \"thread_sort_index\", \"pid\": {0}, \"tid\": {1}, \"args\": {{\"sort_index\": {3}}}}},\n",
-        pid, tid, quoted(name), sort);
+        pid, tid, json_string(name), sort);
   }
 
   void add_collective(const Event& e) {
@@ -155,12 +155,12 @@ struct Session {
     std::string name = kind_name(e.fp.kind);
     if (!e.name.empty()) name += " " + e.name;
     std::string args = fmt::format("\"comm\": {}, \"seq\": {}, \"dtype\": \"{}\", \"count\": {}, \"bytes\": {}",
-                                   quoted(e.comm->key), e.fp.seq, dtype_name(e.fp.dtype), e.fp.count, e.bytes);
+                                   json_string(e.comm->key), e.fp.seq, dtype_name(e.fp.dtype), e.fp.count, e.bytes);
     if (reduces(e.fp.kind)) args += fmt::format(", \"op\": \"{}\"", op_name(e.fp.op));
     if (e.fp.root >= 0) args += fmt::format(", \"root\": {}", e.fp.root);
     if (e.transport) args += fmt::format(", \"transport\": \"{}\"", e.transport);
     if (e.algorithm) args += fmt::format(", \"algorithm\": \"{}\"", e.algorithm);
-    if (!e.name.empty()) args += ", \"name\": " + quoted(e.name);
+    if (!e.name.empty()) args += ", \"name\": " + json_string(e.name);
     if (e.comm->world.size() > 1 && e.comm->key != "kolo/comm0")
       args += fmt::format(", \"world_ranks\": [{}]", fmt::join(e.comm->world, ", "));
     args += fmt::format(", \"queued_us\": {:.3f}, \"reduce_us\": {:.3f}, \"move_us\": {:.3f}",
@@ -170,7 +170,7 @@ struct Session {
     events += fmt::format(
         "{{\"ph\": \"X\", \"cat\": \"collective\", \"name\": {}, \"pid\": {}, \"tid\": {}, \"ts\": {}, \"dur\": {:.3f}, "
         "\"args\": {{{}}}}},\n",
-        quoted(name), pid, tid, us(e.begin), (e.end - e.begin) / 1000.0, args);
+        json_string(name), pid, tid, us(e.begin), (e.end - e.begin) / 1000.0, args);
     // Queued ops overlap each other: async slices, which get lanes of their own.
     if (e.begin - e.submit >= 1000) {
       const std::uint64_t id = ++async_ids;
@@ -178,7 +178,7 @@ struct Session {
           "{{\"ph\": \"b\", \"cat\": \"queued\", \"name\": {0}, \"id\": \"r{1}.{2}\", \"pid\": {1}, \"tid\": {3}, \"ts\": {4}, "
           "\"args\": {{\"seq\": {6}}}}},\n"
           "{{\"ph\": \"e\", \"cat\": \"queued\", \"name\": {0}, \"id\": \"r{1}.{2}\", \"pid\": {1}, \"tid\": {3}, \"ts\": {5}}},\n",
-          quoted("queued " + name), pid, id, tid, us(e.submit), us(e.begin), e.fp.seq);
+          json_string("queued " + name), pid, id, tid, us(e.submit), us(e.begin), e.fp.seq);
     }
     table += fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", e.comm->key, e.fp.seq, e.begin + offset, e.end + offset, pid, tid);
   }
@@ -192,7 +192,7 @@ struct Session {
         "{{\"ph\": \"b\", \"cat\": {0}, \"name\": {1}, \"id\": \"r{2}.{3}\", \"pid\": {2}, \"tid\": {4}, \"ts\": {5}, "
         "\"args\": {{{7}}}}},\n"
         "{{\"ph\": \"e\", \"cat\": {0}, \"name\": {1}, \"id\": \"r{2}.{3}\", \"pid\": {2}, \"tid\": {4}, \"ts\": {6}}},\n",
-        quoted(e.category), quoted(e.name), pid, id, tid, us(e.begin), us(std::max(e.begin, e.end)), e.args);
+        json_string(e.category), json_string(e.name), pid, id, tid, us(e.begin), us(std::max(e.begin, e.end)), e.args);
   }
 
   // Takes the recorded events into `events`; caller holds mu.
@@ -283,7 +283,7 @@ std::string straggler_spans(const std::string& tables) {
       out += fmt::format(
           "{{\"ph\": \"X\", \"cat\": \"wait\", \"name\": \"wait for rank {}\", \"pid\": {}, \"tid\": {}, \"ts\": {:.3f}, "
           "\"dur\": {:.3f}, \"args\": {{\"straggler\": {}, \"comm\": {}, \"seq\": {}}}}},\n",
-          last.pid, r.pid, r.tid, r.begin / 1000.0, (until - r.begin) / 1000.0, last.pid, quoted(call.first),
+          last.pid, r.pid, r.tid, r.begin / 1000.0, (until - r.begin) / 1000.0, last.pid, json_string(call.first),
           call.second);
     }
   }
@@ -365,7 +365,7 @@ void open_session(Context& c, const std::string& path) {
                           "{}{{\"ph\": \"M\", \"name\": \"process_labels\", \"pid\": {}, \"args\": {{\"labels\": "
                           "{}}}}}",
                           s->events, s->pid,
-                          quoted(fmt::format("recording: each rank's events are in {}.rank<R>.json until the job "
+                          json_string(fmt::format("recording: each rank's events are in {}.rank<R>.json until the job "
                                              "ends (kolo-trace merge {} joins them)", path, path)))));
   if (c.store) {
     s->store = c.store->connect_again(rdv::Millis(config::rendezvous_timeout_ms()),
