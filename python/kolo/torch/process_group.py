@@ -20,8 +20,14 @@ dtype is an error naming it). torch 2.15 renamed the single-tensor ops
 (``all_gather_single`` ...); the older names (``_allgather_base`` ...), which
 torch 1.13 to 2.14 call, are the same methods:
 
-  allreduce            allreduce: SUM, AVG (floating types only), MIN, MAX, PRODUCT;
-                       BAND/BOR/BXOR/PREMUL_SUM are an error naming the op
+  allreduce            allreduce: SUM, AVG, MIN, MAX, PRODUCT,
+                       PREMUL_SUM (floating types; torch >= 2.x's ReduceOp.PREMUL_SUM(f),
+                       which FSDP2's set_gradient_divide_factor issues: each rank's
+                       tensor times f, then SUM — as NCCL, which gloo refuses);
+                       BAND/BOR/BXOR are an error naming the op. AVG of integer
+                       tensors is the SUM divided by the group size, rounded toward
+                       zero, as NCCL's (Lightning's sync_dist averages
+                       its int64 batch counts so); bool has no AVG
   allreduce_coalesced  one allreduce of the concatenated tensors (one dtype)
   broadcast            broadcast
   allgather            allgather, or allgatherv when the output tensors differ in size
@@ -73,14 +79,50 @@ from kolo.torch.process_group_work import Completer
 _OPS = {"SUM": _C.SUM, "AVG": _C.AVERAGE, "MIN": _C.MIN, "MAX": _C.MAX, "PRODUCT": _C.PRODUCT}
 
 
-def _op_code(what, opts):
+def _op_name(opts):
     op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-    name = getattr(getattr(op, "op", op), "name", str(op))
+    return op, getattr(getattr(op, "op", op), "name", str(op))
+
+
+def _op_code(what, opts):
+    op, name = _op_name(opts)
+    if name == "PREMUL_SUM":
+        return _C.SUM  # its factor is applied by _premultiplied before the SUM
     code = _OPS.get(name)
     if code is None:
         raise ValueError(error(what, f"ReduceOp.{name} is not supported by the kolo backend "
-                               "(supported: SUM, AVG, MIN, MAX, PRODUCT)"))
+                               "(supported: SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM)"))
     return code
+
+
+def _premultiplied(what, t, opts, fresh):
+    """t as the SUM of a PREMUL_SUM(f) reads it: times f, in place where t
+    may be overwritten (fresh: the op's own buffer, or the tensor the result
+    goes into), else a copy, since the op leaves its input unchanged. t itself
+    for every other op. FSDP2 issues PREMUL_SUM(1/f) for a gradient divide
+    factor f other than the world size (set_gradient_divide_factor)."""
+    op, name = _op_name(opts)
+    if name != "PREMUL_SUM":
+        return t
+    factor = getattr(op, "factor", None)  # a float or a one-element tensor
+    if factor is None:
+        raise ValueError(error(what, f"ReduceOp.PREMUL_SUM carries no readable factor in torch "
+                               f"{torch.__version__} (ReduceOp.factor); use SUM and scale"))
+    if not t.is_floating_point():
+        raise TypeError(error(what, f"ReduceOp.PREMUL_SUM is defined for floating tensors only, not {t.dtype}"))
+    if isinstance(factor, torch.Tensor):
+        factor = factor.item()
+    return t.mul_(factor) if fresh else t.mul(factor)
+
+
+def _int_average(what, t, opts):
+    """Whether this is AVG of an integer tensor: reduced as SUM, then divided
+    (ProcessGroupKolo._dividing)."""
+    if t.is_floating_point() or _op_name(opts)[1] != "AVG":
+        return False
+    if t.dtype == torch.bool:
+        raise TypeError(error(what, "ReduceOp.AVG is not defined for torch.bool"))
+    return True
 
 
 def _one(what, items, kind="tensor"):
@@ -107,9 +149,6 @@ def _unit(t):
 def _reduction_buffer(what, t, op):
     """(buffer, dtype code, op code, copy_back): t itself, t's bytes as u8
     (bool), or a widened copy (int8, int16) that copy_back must narrow into t."""
-    if op == _C.AVERAGE and not t.is_floating_point():
-        raise TypeError(error(what, f"ReduceOp.AVG is defined for floating tensors only, not {t.dtype} "
-                              "(kolo does not truncate; use SUM and divide)"))
     wide, code, op = dtypes.reduce_plan(what, t, op)
     if wide is None:
         return t, code, op, False
@@ -145,6 +184,22 @@ class ProcessGroupKolo(dist.ProcessGroup):
     def _submit(self, what, kolo_work, value, finish=None, keep=()):
         return self._completer.submit(what, kolo_work, value, finish, keep)
 
+    def _reduce_op(self, what, t, opts):
+        """(kolo op code, integer AVG) for reducing t: integer AVG reduces as SUM."""
+        avg = _int_average(what, t, opts)
+        return (_C.SUM if avg else _op_code(what, opts)), avg
+
+    def _dividing(self, finish, result):
+        """finish, preceded by the integer AVG's division of the summed result
+        (in the widened buffer, before it is narrowed into the caller's tensor)."""
+        n = self.size()
+
+        def run():
+            result.div_(n, rounding_mode="trunc")
+            if finish is not None:
+                finish()
+        return run
+
     def _check_pairs(self, what, outputs, inputs, wide, narrow):
         """The coalesced single-tensor ops: as many outputs as inputs, one
         dtype, and each tensor of `wide` holding ranks x its partner in
@@ -172,46 +227,56 @@ class ProcessGroupKolo(dist.ProcessGroup):
         what = "allreduce"
         t = _one(what, tensors)
         _check(what, [t])
-        buf, code, op, back = _reduction_buffer(what, t, _op_code(what, opts))
+        t = _premultiplied(what, t, opts, fresh=True)
+        kop, avg = self._reduce_op(what, t, opts)
+        buf, code, op, back = _reduction_buffer(what, t, kop)
         work = self._comm.allreduce_async(buf.data_ptr(), buf.data_ptr(), buf.numel(), code, op)
-        return self._submit(what, work, tensors, (lambda: t.copy_(buf)) if back else None, (buf,))
+        finish = (lambda: t.copy_(buf)) if back else None
+        return self._submit(what, work, tensors, self._dividing(finish, buf) if avg else finish, (buf,))
 
     def allreduce_coalesced(self, tensors, opts=None):
         what = "allreduce_coalesced"
         if not tensors:
             return self._submit(what, None, tensors)
         _check(what, tensors, like=tensors[0])
-        flat = torch.cat([t.reshape(-1) for t in tensors])
-        buf, code, op, back = _reduction_buffer(what, flat, _op_code(what, opts))
+        flat = _premultiplied(what, torch.cat([t.reshape(-1) for t in tensors]), opts, fresh=True)
+        kop, avg = self._reduce_op(what, flat, opts)
+        buf, code, op, back = _reduction_buffer(what, flat, kop)
         work = self._comm.allreduce_async(buf.data_ptr(), buf.data_ptr(), buf.numel(), code, op)
 
         def finish():
             result = buf.to(flat.dtype) if back else flat
             for t, part in zip(tensors, result.split([t.numel() for t in tensors])):
                 t.copy_(part.view(t.shape))
-        return self._submit(what, work, tensors, finish, (buf, flat))
+        return self._submit(what, work, tensors, self._dividing(finish, buf) if avg else finish, (buf, flat))
 
     def reduce(self, tensors, opts=None):
         what = "reduce"
         t = _one(what, tensors)
         _check(what, [t])
         root = self._root(what, opts.rootRank if opts is not None else 0)
-        buf, code, op, back = _reduction_buffer(what, t, _op_code(what, opts))
         mine = self.rank() == root
+        scaled = _premultiplied(what, t, opts, fresh=mine)
+        kop, avg = self._reduce_op(what, scaled, opts)
+        buf, code, op, back = _reduction_buffer(what, scaled, kop)
         out = buf if mine else torch.empty_like(buf)
         work = self._comm.allreduce_async(buf.data_ptr(), out.data_ptr(), buf.numel(), code, op)
-        return self._submit(what, work, tensors, (lambda: t.copy_(buf)) if back and mine else None,
-                            (buf, out))
+        finish = (lambda: t.copy_(buf)) if back and mine else None
+        if avg and mine:
+            finish = self._dividing(finish, buf)
+        return self._submit(what, work, tensors, finish, (buf, out))
 
-    def _reduce_scatter_into(self, what, flat, output, opts):
-        buf, code, op, back = _reduction_buffer(what, flat, _op_code(what, opts))
+    def _reduce_scatter_into(self, what, flat, output, opts, fresh):
+        flat = _premultiplied(what, flat, opts, fresh)
+        kop, avg = self._reduce_op(what, flat, opts)
+        buf, code, op, back = _reduction_buffer(what, flat, kop)
         if back:
             out = torch.empty(output.numel(), dtype=buf.dtype)
         else:
             out = output.view(torch.uint8) if output.dtype == torch.bool else output
         work = self._comm.reduce_scatter_async(buf.data_ptr(), out.data_ptr(), output.numel(), code, op)
         finish = (lambda: output.copy_(out.view(output.shape))) if back else None
-        return self._submit(what, work, [output], finish, (buf, out))
+        return self._submit(what, work, [output], self._dividing(finish, out) if avg else finish, (buf, out))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         what = "reduce_scatter"
@@ -222,7 +287,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         if len(ins) != self.size() or any(i.numel() != out.numel() for i in ins):
             raise ValueError(error(what, f"needs {self.size()} input tensors of {out.numel()} elements "
                                    f"(the output's), got sizes {[i.numel() for i in ins]}"))
-        return self._reduce_scatter_into(what, torch.cat([i.reshape(-1) for i in ins]), out, opts)
+        return self._reduce_scatter_into(what, torch.cat([i.reshape(-1) for i in ins]), out, opts, fresh=True)
 
     def reduce_scatter_single(self, output, input, opts=None):
         what = "reduce_scatter_tensor"
@@ -231,7 +296,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         if input.numel() != self.size() * output.numel():
             raise ValueError(error(what, f"the input holds {input.numel()} elements; it must hold "
                                    f"{self.size()} x {output.numel()} (ranks x output elements)"))
-        return self._reduce_scatter_into(what, input, output, opts)
+        return self._reduce_scatter_into(what, input, output, opts, fresh=False)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         """One reduce-scatter for several (output, input) pairs: rank r's block
@@ -240,15 +305,17 @@ class ProcessGroupKolo(dist.ProcessGroup):
         if not self._check_pairs(what, outputs, inputs, wide=inputs, narrow=outputs):
             return self._submit(what, None, outputs)
         flat = torch.cat([i.reshape(self.size(), -1) for i in inputs], dim=1).reshape(-1)
+        flat = _premultiplied(what, flat, opts, fresh=True)
         counts = [o.numel() for o in outputs]
-        buf, code, op, _ = _reduction_buffer(what, flat, _op_code(what, opts))
+        kop, avg = self._reduce_op(what, flat, opts)
+        buf, code, op, _ = _reduction_buffer(what, flat, kop)
         out = torch.empty(sum(counts), dtype=buf.dtype)
         work = self._comm.reduce_scatter_async(buf.data_ptr(), out.data_ptr(), out.numel(), code, op)
 
         def finish():
             for o, part in zip(outputs, out.split(counts)):
                 o.copy_(part.view(o.shape))
-        return self._submit(what, work, outputs, finish, (buf, out))
+        return self._submit(what, work, outputs, self._dividing(finish, out) if avg else finish, (buf, out))
 
     # -- data movement ------------------------------------------------------
 
