@@ -102,6 +102,14 @@ HostMap map_hosts(StoreClient& store, const std::string& prefix, const std::stri
   const Millis timeout(config::rendezvous_timeout_ms());
   const Token token(job_id);
   const Record me{host_name(), boot_id(), token.name(), route};
+  // Two processes with one rank (a program that starts its own workers and
+  // lets them inherit the launcher's variables) would otherwise overwrite
+  // each other's records and mix into one job: the second to arrive stops.
+  if (store.add(fmt::format("{}/claim/{}", prefix, rank), 1) != 1)
+    fail("rendezvous: rank {} of {} is already taken by another process (this one: pid {} on {}); "
+         "two processes were started with the same rank: does the program start its own workers "
+         "under a launcher that already started one process per rank?",
+         rank, size, getpid(), me.name);
   store.set(fmt::format("{}/host/{}", prefix, rank), fmt::format("{}\n{}\n{}\n{}", me.name, me.boot, me.token, me.route));
   wait_for_ranks(store, prefix + "/host", size, timeout);
   std::vector<Record> all(size);
