@@ -12,5 +12,8 @@ TORCH2_PYTHON=$(scripts/install-torch.sh)
 scripts/build.sh -DKOLO_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_TORCH2_PYTHON="$TORCH2_PYTHON"
 BUILD=${KOLO_BUILD_DIR:-build}
 cd "$BUILD"
-# Multi-rank tests oversubscribe the cores already: run tests one at a time.
-ctest --output-on-failure --timeout 1500 "$@"
+# Two tests at a time (KOLO_TEST_JOBS): many spend most of their time waiting
+# (failure detection deadlines, emulated hosts' links, ssh and Slurm daemons,
+# Python start-up), so a second test fills the idle cores. No test asserts on
+# speed; the two that check all of /dev/shm run alone (RUN_SERIAL).
+ctest --output-on-failure --timeout 1500 -j "${KOLO_TEST_JOBS:-2}" "$@"
