@@ -5,7 +5,6 @@
 
 namespace kolo {
 
-namespace {
 const char* kind_name(Kind k) {
   switch (k) {
     case Kind::Allreduce: return "allreduce";
@@ -18,7 +17,6 @@ const char* kind_name(Kind k) {
   }
   return "?";
 }
-}  // namespace
 
 std::string Fingerprint::call(bool shape) const {
   if (magic != kMagic) return "something that is not a kolo collective";

@@ -14,6 +14,8 @@
 namespace kolo {
 
 enum class Kind : std::uint8_t { Allreduce, Broadcast, Allgather, Allgatherv, ReduceScatter, Alltoall, Barrier };
+// "allreduce", "reduce_scatter", ...: errors and the timeline name collectives so.
+const char* kind_name(Kind k);
 
 // Plain bytes: it travels through shared memory and sockets as is.
 struct Fingerprint {

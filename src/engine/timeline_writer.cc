@@ -47,19 +47,6 @@ namespace kolo::detail::timeline {
 
 namespace {
 
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::Allreduce: return "allreduce";
-    case Kind::Broadcast: return "broadcast";
-    case Kind::Allgather: return "allgather";
-    case Kind::Allgatherv: return "allgatherv";
-    case Kind::ReduceScatter: return "reduce_scatter";
-    case Kind::Alltoall: return "alltoall";
-    case Kind::Barrier: return "barrier";
-  }
-  return "?";
-}
-
 bool reduces(Kind k) { return k == Kind::Allreduce || k == Kind::ReduceScatter; }
 
 void escape(std::string& out, std::string_view s) {

@@ -6,6 +6,8 @@
 #   ks_up              after kh_up N: start munge, slurmctld, N slurmd; wait until all nodes idle
 #   ks_exec CMD...     run a Slurm client command (srun, sbatch, squeue, ...) on h0, the login node
 #   ks_logs            print the tails of the daemons' logs (for a failing test)
+#   ks_leftovers RE    the processes on h0 and h1 whose command line matches RE, as
+#                      "host:pid:command " each (empty: none; a job must leave nothing)
 # Sets SLURM_CONF (exported, so kh_exec'd commands see it).
 #
 # Facts (Slurm 22.05, no systemd, no cgroups; ../../shared/tools/README.md): only
@@ -89,4 +91,14 @@ ks_logs() {
   for f in "$KH_DIR"/slurm/log/*.log "$KH_DIR"/munge/log/*.log; do
     [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }
   done >&2
+}
+
+ks_leftovers() {
+  local h p left=""
+  for h in h0 h1; do
+    for p in $(kh_pids "$h"); do
+      grep -qE "$1" "/proc/$p/cmdline" 2>/dev/null && left+="$h:$p:$(tr '\0' ' ' < "/proc/$p/cmdline") "
+    done
+  done
+  echo "$left"
 }

@@ -40,13 +40,8 @@ expect() {  # expect "what" COND...: a test condition
 
 # Nothing of a job may outlive it, on any host.
 no_leftovers() {
-  local h p left=""
-  for h in h0 h1; do
-    for p in $(kh_pids "$h"); do
-      grep -qE 'kolo-bench|fashion_mnist|slurmstepd' "/proc/$p/cmdline" 2>/dev/null &&
-        left+="$h:$p:$(tr '\0' ' ' < "/proc/$p/cmdline") "
-    done
-  done
+  local left
+  left=$(ks_leftovers 'kolo-bench|fashion_mnist|slurmstepd')
   [ -z "$left" ] || { echo "left running: $left"; return 1; }
 }
 

@@ -46,16 +46,7 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
 
 # Nothing of the job may outlive it, on either host.
-leftovers() {
-  local h p left=""
-  for h in h0 h1; do
-    for p in $(kh_pids "$h"); do
-      grep -qE 'lightning_train|slurmstepd' "/proc/$p/cmdline" 2>/dev/null &&
-        left+="$h:$p:$(tr '\0' ' ' < "/proc/$p/cmdline") "
-    done
-  done
-  echo "$left"
-}
+leftovers() { ks_leftovers 'lightning_train|slurmstepd'; }
 
 mkdir -p "$WORK/out"
 start=$(date +%s)
