@@ -30,7 +30,6 @@ Needs ``pytorch_lightning`` (2.x); the unified ``lightning`` package keeps
 its own registry and classes and is not served by this module.
 """
 import os
-import socket
 
 try:
     from lightning_fabric.plugins.environments import ClusterEnvironment
@@ -42,13 +41,10 @@ import torch
 from torch.distributed import ReduceOp
 
 import kolo.torch  # noqa: F401  registers the torch.distributed backend "kolo"
-from kolo import _C, basics
-from kolo.torch.process_group_rendezvous import _free_port
+from kolo import basics
+from kolo.torch.process_group_rendezvous import _free_port, broadcast_endpoint
 
 __all__ = ["KoloEnvironment", "KoloDDPStrategy"]
-
-_ADDR_BYTES = 512
-
 
 def _int_var(name):
     value = os.environ.get(name)
@@ -124,15 +120,7 @@ class KoloEnvironment(ClusterEnvironment):
     def _endpoint(self):
         if self._main is None:
             basics.init()
-            comm = basics.comm_of_world()
-            buf = torch.zeros(_ADDR_BYTES, dtype=torch.uint8)
-            if comm.rank() == 0:
-                one_host = comm.local_size() == comm.size()
-                text = f"{'127.0.0.1' if one_host else socket.gethostname()} {_free_port()}".encode()
-                buf[:len(text)] = torch.tensor(list(text), dtype=torch.uint8)
-            comm.broadcast(buf.data_ptr(), _ADDR_BYTES, _C.U8, 0)
-            host, port = bytes(buf.tolist()).rstrip(b"\0").decode().split()
-            self._main = (host, int(port))
+            self._main = broadcast_endpoint(basics.comm_of_world(), _free_port())
         return self._main
 
 

@@ -124,6 +124,20 @@ def _query(url):
     return {k: int(v[-1]) for k, v in parse_qs(urlparse(url).query).items() if k in ("rank", "world_size")}
 
 
+def broadcast_endpoint(comm, port):
+    """(host, port) on every rank of a server that rank 0 listens on at port
+    (ignored elsewhere), sent over kolo's communicator: loopback when every
+    rank is on rank 0's host, else rank 0's host name."""
+    buf = torch.zeros(_ADDR_BYTES, dtype=torch.uint8)
+    if comm.rank() == 0:
+        host = "127.0.0.1" if comm.local_size() == comm.size() else socket.gethostname()
+        text = f"{host} {port}".encode()
+        buf[:len(text)] = torch.tensor(list(text), dtype=torch.uint8)
+    comm.broadcast(buf.data_ptr(), _ADDR_BYTES, _C.U8, 0)
+    host, port = bytes(buf.tolist()).rstrip(b"\0").decode().split()
+    return host, int(port)
+
+
 def _kolo_env_rendezvous(url, timeout):
     basics.init()
     comm = basics.comm()
@@ -133,18 +147,9 @@ def _kolo_env_rendezvous(url, timeout):
         if key in asked and asked[key] not in (-1, mine):
             raise ValueError(f"kolo rank {rank}: init_process_group({key}={asked[key]}) disagrees "
                              f"with the launcher, which gives {key} {mine}")
-    addr = torch.zeros(_ADDR_BYTES, dtype=torch.uint8)
-    if rank == 0:
-        server = dist.TCPStore("0.0.0.0", 0, size, True, timeout, wait_for_workers=False)
-        host = "127.0.0.1" if comm.local_size() == size else socket.gethostname()
-        text = f"{host} {server.port}".encode()
-        addr[:len(text)] = torch.tensor(list(text), dtype=torch.uint8)
-    comm.broadcast(addr.data_ptr(), _ADDR_BYTES, _C.U8, 0)
-    if rank == 0:
-        store = server
-    else:
-        host, port = bytes(addr.tolist()).rstrip(b"\0").decode().split()
-        store = dist.TCPStore(host, int(port), size, False, timeout)
+    server = dist.TCPStore("0.0.0.0", 0, size, True, timeout, wait_for_workers=False) if rank == 0 else None
+    host, port = broadcast_endpoint(comm, server.port if server else 0)
+    store = server or dist.TCPStore(host, port, size, False, timeout)
     yield store, rank, size
     raise RuntimeError("kolo: env:// cannot rendezvous again (re-rendezvous is not supported)")
 
