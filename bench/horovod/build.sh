@@ -136,11 +136,11 @@ fi
 cd /tmp || exit 1   # not a directory holding a horovod/ source tree
 check=$("$VENV/bin/horovodrun" --check-build 2>&1)
 echo "$check" >>"$LOG"
-echo "$check" | grep -q '\[X\] PyTorch' || fail "built, but without PyTorch:
+grep -q '\[X\] PyTorch' <<<"$check" || fail "built, but without PyTorch:
 $check"
-echo "$check" | grep -q '\[X\] MPI' || fail "built, but without the MPI controller:
+grep -q '\[X\] MPI' <<<"$check" || fail "built, but without the MPI controller:
 $check"
-echo "$check" | grep -q '\[X\] Gloo' || fail "built, but without the Gloo controller:
+grep -q '\[X\] Gloo' <<<"$check" || fail "built, but without the Gloo controller:
 $check"
 "$PY" -c 'import horovod.torch as hvd, torch; hvd.init(); assert hvd.size() == 1; print(hvd.allreduce(torch.ones(2)))' >>"$LOG" 2>&1 \
   || fail "import horovod.torch / hvd.init() in one process (see $LOG)"

@@ -29,20 +29,11 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE=$ROOT/bench/horovod
-QUICK=0 WRITE=1
-while [[ ${1:-} == -* ]]; do
-  case $1 in
-    --quick) QUICK=1 ;;
-    --no-write) WRITE=0 ;;
-    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "hosts.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-  esac
-  shift
-done
-BUILD=${1:-${KOLO_BUILD:-$ROOT/build}}
-BUILD=$(cd "$BUILD" 2>/dev/null && pwd) || { echo "hosts.sh: no build dir '${1:-${KOLO_BUILD:-$ROOT/build}}'" >&2; exit 2; }
+source "$ROOT/bench/run_options.sh"
+bench_options "$0" "$@"
 [ -x "$BUILD/tools/kolorun/kolorun" ] || { echo "hosts.sh: $BUILD/tools/kolorun/kolorun is missing" >&2; exit 2; }
-"$BUILD/tools/kolorun/kolorun" --help 2>&1 | grep -q -- '--rsh' || { echo "hosts.sh: this kolorun has no -H/--rsh" >&2; exit 2; }
+# A here-string, not a pipe: with pipefail, grep -q's early exit fails the pipe (SIGPIPE).
+grep -q -- '--rsh' <<<"$("$BUILD/tools/kolorun/kolorun" --help 2>&1)" || { echo "hosts.sh: this kolorun has no -H/--rsh" >&2; exit 2; }
 REPS=${REPS:-3} RATE=${RATE:-2gbit} LINKS=${LINKS:-"shaped unshaped"}
 SIZES=${SIZES:-"8 16777216 67108864 268435456"}
 ITERS="200,20,5"

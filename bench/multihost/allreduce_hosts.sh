@@ -29,19 +29,8 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-QUICK=0 WRITE=1
-while [[ ${1:-} == -* ]]; do
-  case $1 in
-    --quick) QUICK=1 ;;
-    --no-write) WRITE=0 ;;
-    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "allreduce_hosts.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-  esac
-  shift
-done
-BUILD=${1:-${KOLO_BUILD:-$ROOT/build}}
-[ -d "$BUILD" ] || { echo "allreduce_hosts.sh: no build dir '$BUILD'" >&2; exit 2; }
-BUILD=$(cd "$BUILD" && pwd)
+source "$ROOT/bench/run_options.sh"
+bench_options "$0" "$@"
 ANCHORS=$(realpath -m "${ANCHORS:-$ROOT/../shared/anchors}")
 ROUNDS=${ROUNDS:-3}
 RATE=${RATE:-2gbit}
@@ -66,7 +55,7 @@ for c in mpicc mpirun iperf3 /usr/bin/python3; do
 done
 if [ -z "${LAUNCH:-}" ]; then
   LAUNCH=env
-  [ -x "$KOLORUN" ] && "$KOLORUN" --help 2>&1 | grep -q -- '--hostfile' && LAUNCH=kolorun
+  [ -x "$KOLORUN" ] && grep -q -- '--hostfile' <<<"$("$KOLORUN" --help 2>&1)" && LAUNCH=kolorun  # not a pipe: pipefail + grep -q
 fi
 
 ABUILD=$BUILD/compare-anchors
