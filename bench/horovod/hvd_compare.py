@@ -382,7 +382,13 @@ def main():
 
     # ---------------------------------------------------------------- tables
     goals = []
-    cols = " | ".join(systems)
+    def systems_table(lead, ratio_name, row_values):
+        """A table with one column per system, then the best Horovod and kolo's ratio to it;
+        row_values: (first cells, {system: value}, format, best Horovod's name, ratio)."""
+        say(f"| {lead} | ranks | {' | '.join(systems)} | best Horovod | {ratio_name} |")
+        say("|---|---|" + "---|" * len(systems) + "---|---|")
+        for first, row, f, bs, ratio in row_values:
+            say(f"| {first} | " + " | ".join(fmt(row[s], f) for s in systems) + f" | {bs} | {xr(ratio)} |")
 
     def best_hvd(row, higher_better):
         vals = [(row.get(s, NAN), s) for s in hvds]
@@ -397,20 +403,19 @@ def main():
         say(f"Fashion-MNIST, batch {a.batch}/rank, {a.steps} timed steps after 5 warm-up steps; "
             "mlp 784-4096-4096-10 (20.3 M parameters), cnn conv32-conv64-fc128 (1.2 M).")
         say()
-        say(f"| model | ranks | {cols} | best Horovod | kolo / best Horovod |")
-        say("|---|---|" + "---|" * len(systems) + "---|---|")
+        rows = []
         for model in a.models.split(","):
             for n in nps:
                 row = {s: med(results.get(("step", (model, n)), {}).get(s, [])) for s in systems}
                 b, bs = best_hvd(row, True)
                 ratio = row.get("kolo", NAN) / b if b == b else NAN
-                say(f"| {model} | {n} | " + " | ".join(fmt(row[s], ".0f") for s in systems)
-                    + f" | {bs} | {xr(ratio)} |")
+                rows.append((f"{model} | {n}", row, ".0f", bs, ratio))
                 goal = {"mlp": 1.3, "cnn": 1.1}.get(model)
                 if n == 2 and goal and "kolo" in systems:
                     goals.append(f"- {model} step at 2 ranks, kolo / best Horovod (goal ≥ {goal}×): "
                                  f"{xr(ratio)} ({bs}): "
                                  + ("met" if ratio == ratio and ratio >= goal else "NOT met"))
+        systems_table("model", "kolo / best Horovod", rows)
         say()
 
     if "allreduce" in parts:
@@ -419,15 +424,13 @@ def main():
         say(f"Iterations: {it_small} below 1 MiB, {it_mid} from 1 MiB, {it_big} from 64 MiB, after 3 warm-up calls; "
             "one program run per size.")
         say()
-        say(f"| size | ranks | {cols} | best Horovod | kolo speed-up over best Horovod |")
-        say("|---|---|" + "---|" * len(systems) + "---|---|")
+        rows = []
         for n in nps:
             for nbytes in ar_sizes:
                 row = {s: med(results.get(("allreduce", (nbytes, n)), {}).get(s, [])) for s in systems}
                 b, bs = best_hvd(row, False)
                 ratio = b / row.get("kolo", NAN) if "kolo" in row else NAN
-                say(f"| {size_name(nbytes)} | {n} | " + " | ".join(fmt(row[s], ".1f") for s in systems)
-                    + f" | {bs} | {xr(ratio)} |")
+                rows.append((f"{size_name(nbytes)} | {n}", row, ".1f", bs, ratio))
                 if a.hosts and nbytes >= (16 << 20) and "kolo" in systems:
                     goals.append(f"- {size_name(nbytes)} allreduce across hosts, best Horovod / kolo (goal ≥ 1.5×): "
                                  f"{xr(ratio)} ({bs}): " + ("met" if ratio == ratio and ratio >= 1.5 else "NOT met"))
@@ -435,6 +438,7 @@ def main():
                     goals.append(f"- {size_name(nbytes)} allreduce latency at 2 ranks, best Horovod / kolo "
                                  f"(goal ≥ 20×): {xr(ratio, '.1f')} ({bs}): "
                                  + ("met" if ratio == ratio and ratio >= 20 else "NOT met"))
+        systems_table("size", "kolo speed-up over best Horovod", rows)
         say()
 
     if "startup" in parts:
@@ -480,14 +484,13 @@ def main():
         say(f"`--no-cuda --model {a.synthetic_model} {a.synthetic_args}` (resnet50, its default, is too slow on "
             "this machine); the script is taken from Horovod's repository at run time and runs unmodified on both.")
         say()
-        say(f"| model | ranks | {cols} | best Horovod | kolo / best Horovod |")
-        say("|---|---|" + "---|" * len(systems) + "---|---|")
+        rows = []
         for n in nps:
             row = {s: med(results.get(("synthetic", n), {}).get(s, [])) for s in systems}
             b, bs = best_hvd(row, True)
             ratio = row.get("kolo", NAN) / b if b == b else NAN
-            say(f"| {a.synthetic_model} | {n} | " + " | ".join(fmt(row[s], ".1f") for s in systems)
-                + f" | {bs} | {xr(ratio)} |")
+            rows.append((f"{a.synthetic_model} | {n}", row, ".1f", bs, ratio))
+        systems_table("model", "kolo / best Horovod", rows)
         say()
 
     if goals:
