@@ -180,7 +180,7 @@ std::string address_text(const sockaddr* a, bool with_port) {
   return "?";
 }
 
-void set_peer_timeout(int fd) {
+void set_keepalive(int fd) {
   const int peer_ms = static_cast<int>(config::peer_timeout_ms());
   if (peer_ms <= 0) return;
   int one = 1, idle = std::max(1, peer_ms / 2000), interval = 1, probes = std::max(1, peer_ms / 2000);
@@ -188,6 +188,12 @@ void set_peer_timeout(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+}
+
+void set_peer_timeout(int fd) {
+  const int peer_ms = static_cast<int>(config::peer_timeout_ms());
+  if (peer_ms <= 0) return;
+  set_keepalive(fd);
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &peer_ms, sizeof peer_ms);
 }
 

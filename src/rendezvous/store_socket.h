@@ -48,10 +48,19 @@ Fd try_connect(const std::string& host, int port, std::chrono::milliseconds time
 // "10.1.2.3" or, with the port, "10.1.2.3:29500" ("[::1]:29500" for IPv6).
 std::string address_text(const sockaddr* a, bool with_port);
 
-// A vanished host sends no FIN: probe idle connections and bound how long
-// sent data may stay unacknowledged (KOLO_PEER_TIMEOUT_MS), so that such a
-// peer, or a store cut off by a link that went down, errors out in bounded time.
+// A vanished host sends no FIN: probe idle connections (TCP keep-alive) and
+// bound how long sent data may stay unacknowledged (TCP_USER_TIMEOUT), both
+// KOLO_PEER_TIMEOUT_MS, so that a store cut off by a link that went down
+// errors out in bounded time. The store's peers always read what they are
+// sent, so the user timeout cannot mistake a busy peer for a lost one.
 void set_peer_timeout(int fd);
+
+// Keep-alive probes only (KOLO_PEER_TIMEOUT_MS), for data connections: there
+// a live peer may leave data unread for as long as it is late to a
+// collective, and the kernel's TCP_USER_TIMEOUT also aborts a connection
+// whose receive window stays closed that long although every window probe is
+// answered. Data in flight is watched by transport/peer_liveness.h instead.
+void set_keepalive(int fd);
 
 // Latency matters more than throughput for the store's small messages.
 void set_nodelay(int fd);

@@ -88,7 +88,7 @@ Fd connect_until(const std::string& host, int port, Clock::time_point deadline,
 void tune_data_socket(int fd, int buffer_bytes) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  rdv::set_peer_timeout(fd);
+  rdv::set_keepalive(fd);
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
 }

@@ -43,7 +43,8 @@ TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, i
       hdr_in_(size), peers_(size),
       timeout_(std::chrono::milliseconds(config::timeout_ms() > 0 ? config::timeout_ms()
                                                                    : std::int64_t{1} << 40)),
-      stall_warn_(std::chrono::milliseconds(config::stall_warn_ms())) {
+      stall_warn_(std::chrono::milliseconds(config::stall_warn_ms())),
+      liveness_(size, static_cast<long>(config::peer_timeout_ms())) {
   listener_ = listen_on("0.0.0.0");
   const std::string me = fmt::format("{}:{}", address, listener_.port);
   log(LogLevel::Debug, "data connections: listening on {}", me);
@@ -305,6 +306,20 @@ void TcpMesh::warn_stall(std::span<SendOp> sends, std::span<RecvOp> recvs, const
     if (s.done < s.avail) waiting += fmt::format(" {} (not taking data)", members_.name(s.peer));
   log(LogLevel::Warn, "stall: collective #{} {} ({}) has made no progress for {} ms; waiting for{}",
       current_.seq, current_.call(), what, stall_warn_.count(), waiting);
+}
+
+void TcpMesh::check_alive(std::span<SendOp> sends, std::span<RecvOp> recvs, const char* what) {
+  const auto now = Clock::now();
+  auto check = [&](int peer) {
+    const long ms = liveness_.silent_ms(peer, peers_[peer].get(), now);
+    if (ms >= 0)
+      fail_io("{}: lost connection to {}: its host has acknowledged nothing for {} ms "
+              "(KOLO_PEER_TIMEOUT_MS={})", what, members_.name(peer), ms, liveness_.peer_ms());
+  };
+  for (auto& s : sends)
+    if (s.done < s.avail || hdr_sent_[s.peer] < kHeader) check(s.peer);
+  for (auto& r : recvs)
+    if (r.done < r.len || hdr_recvd_[r.peer] < kHeader) check(r.peer);
 }
 
 void TcpMesh::wait_io(std::span<SendOp> sends, std::span<RecvOp> recvs,

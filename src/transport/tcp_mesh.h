@@ -19,6 +19,7 @@
 #include "rendezvous/auth.h"
 #include "rendezvous/store.h"
 #include "transport/members.h"
+#include "transport/peer_liveness.h"
 #include "transport/socket.h"
 
 namespace kolo::transport {
@@ -88,6 +89,8 @@ class TcpMesh {
   // sets `moved` if any byte moved at all.
   bool try_io(std::span<SendOp> sends, std::span<RecvOp> recvs, bool& moved, const char* what);
   void warn_stall(std::span<SendOp> sends, std::span<RecvOp> recvs, const char* what);
+  // Fails naming the peer whose host stopped answering (peer_liveness.h).
+  void check_alive(std::span<SendOp> sends, std::span<RecvOp> recvs, const char* what);
   void wait_io(std::span<SendOp> sends, std::span<RecvOp> recvs, Clock::time_point deadline,
                const char* what);
 
@@ -109,6 +112,7 @@ class TcpMesh {
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds stall_warn_;
   std::function<void(const char*)> watch_;
+  PeerLiveness liveness_;
 };
 
 template <class OnProgress>
@@ -132,6 +136,7 @@ void TcpMesh::exchange(std::span<SendOp> sends, std::span<RecvOp> recvs, const c
       warn_stall(sends, recvs, what);
       warn_at = Clock::now() + stall_warn_;
     }
+    check_alive(sends, recvs, what);
     wait_io(sends, recvs, deadline, what);
   }
 }
