@@ -164,11 +164,16 @@ def render(path, out, events, t_from=None, t_to=None, steps=3, title=None):
         ax.text(x, yy, text, ha="center", va="center", fontsize=6.5, clip_on=True)
     for top, bottom in rows[1:]:
         ax.axhline(top - 0.2, color="#444444", linewidth=0.6)
+    # Step boundaries: where rank 0's optimizer steps end.
+    for b, end in marks:
+        if b["pid"] == ranks[0] and b["name"] == "optimizer step" and lo <= ms(end) <= hi:
+            ax.axvline(ms(end), color="#444444", linewidth=0.6, linestyle=":")
     ax.set_xlim(lo, hi)
     ax.set_ylim(y - 0.4, -0.2)  # rank 0 on top
     ax.set_yticks([t for t, _ in yticks], [l for _, l in yticks], fontsize=8)
     ax.tick_params(axis="y", length=0)
-    ax.set_xlabel("ms since the trace's first event")
+    ax.set_xlabel(f"ms since the trace's first event (dotted: rank {ranks[0]}'s optimizer steps end)"
+                  if any(b["name"] == "optimizer step" for b, _ in marks) else "ms since the trace's first event")
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.5)
     ax.set_axisbelow(True)
     handles = [mpatches.Patch(color=c, label=l) for _, c, l in PHASES]
