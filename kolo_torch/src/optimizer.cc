@@ -40,8 +40,9 @@
 // from its allreduce's issue to its completion as synchronize() sees it,
 // "backward" from the step's first gradient to synchronize(), "synchronize"
 // and "optimizer step". Whether to record is decided at the first gradient
-// of a step (t_first != 0), so with the timeline off a step pays one test of
-// timeline::on() per gradient hook and one in step().
+// of a step (t_first != 0), so with the timeline off each place that records
+// pays one test: of timeline::on() in the gradient hook and in step(), of the
+// member t_first where buckets are issued and waited for.
 //
 // Join (uneven inputs) lives at the end of this file: a finished rank runs
 // shadow steps — the same bucket allreduces with zeros, the same buffer

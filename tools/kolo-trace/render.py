@@ -13,6 +13,7 @@ one "optimizer step" mark to the end of the next), or the whole trace without ma
 Kept apart from kolo-trace so that report and merge need only the standard library.
 """
 import collections
+import textwrap
 
 import matplotlib
 
@@ -111,9 +112,11 @@ def render(path, out, events, t_from=None, t_to=None, steps=3, title=None):
     def bar(colour, b, e, y, h, text=None):
         if not visible(b, e):
             return
-        bars[colour].append((b, max(e - b, (hi - lo) * 1e-4), y, h))
-        if text and (e - b) > 0.06 * (hi - lo):
-            texts.append((max(b, lo) + (min(e, hi) - max(b, lo)) / 2, y + h / 2, text))
+        # At least ~1 pixel wide: a µs collective stays visible in a window of seconds.
+        bars[colour].append((b, max(e - b, (hi - lo) * 1e-3), y, h))
+        shown = min(e, hi) - max(b, lo)  # a bar cut by the window gets its label only if it still fits
+        if text and shown > 0.06 * (hi - lo):
+            texts.append((max(b, lo) + shown / 2, y + h / 2, text))
 
     y = 0.0
     yticks = []
@@ -180,7 +183,7 @@ def render(path, out, events, t_from=None, t_to=None, steps=3, title=None):
     handles += [mpatches.Patch(color=c, label=n) for n, c in MARKS.items()]
     handles.append(mpatches.Patch(color=BUCKET, label="bucket: issued to done"))
     fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
-    ax.set_title(title or path, fontsize=9)
+    ax.set_title(textwrap.fill(title or path, 150), fontsize=9)
     fig.tight_layout(rect=(0, LEGEND_IN / fig_h, 1, 1))
     fig.savefig(out, dpi=DPI)
     plt.close(fig)
