@@ -104,8 +104,7 @@ def render(path, out, events, t_from=None, t_to=None, steps=3, title=None):
         return e >= lo and b <= hi
 
     ranks = sorted({e["pid"] for e in timed})
-    rows = []  # (label, height, draw(y0))
-    labels_done = set()
+    bands = []  # (top, bottom) of each rank's rows
     bars = collections.defaultdict(list)  # colour -> [(x, w, y, h)]
     texts = []
 
@@ -154,7 +153,7 @@ def render(path, out, events, t_from=None, t_to=None, steps=3, title=None):
                     bar(PHASES[0][1], ms(q["ts"]), ms(end), y + 0.65, 0.2)
             yticks.append((y + 0.4, f"rank {r}  collectives"))
             y += 1
-        rows.append((band_top, y))
+        bands.append((band_top, y))
         y += 0.4  # gap between ranks
 
     fig_h = 1.0 + LEGEND_IN + 0.36 * y
@@ -165,7 +164,7 @@ def render(path, out, events, t_from=None, t_to=None, steps=3, title=None):
             ax.broken_barh([(x, w)], (yy, h), facecolors=colour, edgecolors="white", linewidth=0.3)
     for x, yy, text in texts:
         ax.text(x, yy, text, ha="center", va="center", fontsize=6.5, clip_on=True)
-    for top, bottom in rows[1:]:
+    for top, _ in bands[1:]:
         ax.axhline(top - 0.2, color="#444444", linewidth=0.6)
     # Step boundaries: where rank 0's optimizer steps end.
     for b, end in marks:
