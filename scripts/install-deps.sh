@@ -22,6 +22,7 @@ TESTS=(
   openmpi-bin libopenmpi-dev python3-torch            # anchors and the mpirun test
   pybind11-dev python3-dev python3-numpy              # the Python extension kolo._C
   python3-pytest python3-venv python3-pip             # Python tests, pip install into a venv
+  python3-matplotlib                                  # kolo-trace render, bench/charts.py
   python3-setuptools python3-wheel                    # pip install --no-build-isolation .
   iproute2 util-linux iputils-ping openssh-server openssh-client iperf3  # emulated hosts
   munge slurmctld slurmd slurm-client                 # Slurm tests (two emulated nodes)

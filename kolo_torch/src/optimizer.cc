@@ -36,6 +36,14 @@
 // buckets: broadcast_buffers (one broadcast per buffer, from rank 0); under
 // Overlap::Auto, once, the trial's decision (one allreduce of two doubles).
 //
+// Timeline marks (README "Timeline"; the same as kolo.torch's): "bucket i"
+// from its allreduce's issue to its completion as synchronize() sees it,
+// "backward" from the step's first gradient to synchronize(), "synchronize"
+// and "optimizer step". Whether to record is decided at the first gradient
+// of a step (t_first != 0), so with the timeline off each place that records
+// pays one test: of timeline::on() in the gradient hook and in step(), of the
+// member t_first where buckets are issued and waited for.
+//
 // Join (uneven inputs) lives at the end of this file: a finished rank runs
 // shadow steps — the same bucket allreduces with zeros, the same buffer
 // broadcasts, the same optimizer update — and while a Join is attached the
@@ -88,6 +96,7 @@ struct DistributedOptimizer::Impl {
     std::size_t pending = 0;  // parameters not yet ready
     bool launched = false;
     Work work;
+    std::int64_t t_issue = 0;  // timeline: when its allreduce was issued (ns)
   };
 
   Communicator comm;
@@ -108,6 +117,7 @@ struct DistributedOptimizer::Impl {
   bool callback_queued = false;
   bool synchronized = false;
   std::vector<std::string> errors;  // found in hooks, thrown by step()
+  std::int64_t t_first = 0;  // timeline: the step's first gradient (ns); 0: not recording
 
   ~Impl() {
     for (auto& b : buckets)
@@ -125,7 +135,7 @@ struct DistributedOptimizer::Impl {
   void on_grad(std::size_t i, bool sparse);
   void fill(std::size_t i);
   void launch_ready();
-  void launch(Bucket& b);
+  void launch(std::size_t i);
   void synchronize(bool shadow = false);
   void reset_step();
   // The divisor of Average: the ranks that contributed gradients.
@@ -269,6 +279,7 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
 void DistributedOptimizer::Impl::on_grad(std::size_t i, bool sparse) {
   std::lock_guard<std::mutex> lock(mu);
   synchronized = false;  // a new backward after a synchronize() without step()
+  if (timeline::on() && !t_first) t_first = timeline::now_ns();
   if (!callback_queued) {
     callback_queued = true;
     ::torch::autograd::Engine::get_default_engine().queue_callback([this] {
@@ -334,14 +345,19 @@ void DistributedOptimizer::Impl::fill(std::size_t i) {
 
 void DistributedOptimizer::Impl::launch_ready() {
   while (next_launch < buckets.size() && buckets[next_launch].pending == 0)
-    launch(buckets[next_launch++]);
+    launch(next_launch++);
 }
 
-void DistributedOptimizer::Impl::launch(Bucket& b) {
+void DistributedOptimizer::Impl::launch(std::size_t i) {
+  Bucket& b = buckets[i];
   ::torch::NoGradGuard no_grad;
   const auto n = static_cast<std::size_t>(b.flat.numel());
   const double pre = o.gradient_predivide_factor;
   if (pre != 1.0) b.flat.div_(pre);
+  if (t_first) {  // the engine's span of this allreduce then carries the bucket's name
+    timeline::name_next(fmt::format("bucket {}", i));
+    b.t_issue = timeline::now_ns();
+  }
   if (b.wire.defined()) {
     b.wire.copy_(b.flat);
     const DType wt = o.compression == Compression::FP16 ? DType::F16 : DType::BF16;
@@ -360,10 +376,12 @@ void DistributedOptimizer::Impl::reset_step() {
     b.pending = b.params.size();
     b.launched = false;
     b.work = Work();
+    b.t_issue = 0;
   }
   next_launch = 0;
   passes = 0;
   errors.clear();
+  t_first = 0;
 }
 
 // shadow: a rank that has finished under a Join takes part in another
@@ -378,6 +396,7 @@ void DistributedOptimizer::Impl::synchronize(bool shadow) {
                         "gradients were already being communicated"));
     reset_step();
   }
+  const std::int64_t t_sync = t_first ? timeline::now_ns() : 0;
   // Everything backward did not hand over, in bucket order.
   std::vector<std::size_t> missing;
   for (auto& b : buckets) {
@@ -392,12 +411,17 @@ void DistributedOptimizer::Impl::synchronize(bool shadow) {
   }
   launch_ready();
   std::exception_ptr comm_error;
-  for (auto& b : buckets) {
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    auto& b = buckets[i];
     try {
       b.work.wait();
     } catch (...) {
       if (!comm_error) comm_error = std::current_exception();
     }
+    if (t_sync && b.t_issue)  // issue to done, as this thread saw it
+      timeline::span("torch", fmt::format("bucket {}", i), b.t_issue, timeline::now_ns(),
+                     fmt::format("\"bytes\": {}, \"params\": {}",
+                                 (b.wire.defined() ? b.wire : b.flat).nbytes(), b.params.size()));
   }
   // Before any error is thrown: the peers take part in these too.
   if (!comm_error && o.broadcast_buffers && comm.size() > 1) {
@@ -417,6 +441,7 @@ void DistributedOptimizer::Impl::synchronize(bool shadow) {
     }
   }
   std::vector<std::string> errs = std::move(errors);
+  const std::int64_t t_backward = t_first;  // reset_step() clears it
   reset_step();
   if (comm_error) std::rethrow_exception(comm_error);
   if (!errs.empty()) throw Error(err(errs.front()));
@@ -459,6 +484,10 @@ void DistributedOptimizer::Impl::synchronize(bool shadow) {
     }
   }
   synchronized = true;
+  if (t_sync) {
+    timeline::span("torch", "backward", t_backward, t_sync, "\"from\": \"the first gradient ready\"");
+    timeline::span("torch", "synchronize", t_sync, timeline::now_ns());
+  }
 }
 
 void DistributedOptimizer::Impl::zero_grad(bool set_to_none) {
@@ -535,7 +564,13 @@ void DistributedOptimizer::synchronize() { impl_->synchronize(); }
 void DistributedOptimizer::step() {
   impl_->synchronize();
   impl_->synchronized = false;
+  if (!timeline::on()) {
+    impl_->opt->step();
+    return;
+  }
+  const std::int64_t t0 = timeline::now_ns();
   impl_->opt->step();
+  timeline::span("torch", "optimizer step", t0, timeline::now_ns());
 }
 
 void DistributedOptimizer::skip_step() { impl_->synchronized = false; }

@@ -6,6 +6,8 @@
 #   killed     the job killed while recording: each rank's snapshot parses,
 #              and kolo-trace merge makes the one file from them
 #   bad_path   an unwritable file is an error naming it (kolorun, KOLO_TIMELINE)
+#   torch      kolo_torch's DistributedOptimizer marks (PROG: torch_rank_prog),
+#              2 ranks, overlapped and not
 set -u
 kolorun=$1 prog=$2 mode=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,6 +59,17 @@ bad_path)
   [ $? != 0 ] || die "a rank accepted an unwritable KOLO_TIMELINE: $out"
   echo "$out" | grep -q "timeline: cannot write /nonexistent/dir/t.json" || die "the error does not name the file: $out"
   echo "$out" | grep -m1 "cannot write"
+  ;;
+torch)
+  # Overlap::Auto with a 1-step trial: steps 1-2 overlapped (warm-up), then one
+  # step each way, so both places that issue buckets (the gradient hook and
+  # synchronize()) are seen.
+  out=$(KOLO_TRANSPORT=shm "$kolorun" -np 2 --timeout 120 --timeline-filename "$dir/t.json" \
+      "$prog" equiv --steps 4 --small-buckets --overlap-trials 1 --print-overlap 2>&1) || die "the job failed: $out"
+  modes=$(echo "$out" | sed -n 's/.*rank 0: overlap \([-+]*\),.*/\1/p')
+  case $modes in *+*-* | *-*+*) ;; *) die "expected overlapped and plain steps, got '$modes': $out" ;; esac
+  python3 "$here/check_optimizer_trace.py" "$dir/t.json" --ranks 2 --modes "$modes" --min-buckets 3 \
+      || die "bad trace"
   ;;
 *) die "unknown mode" ;;
 esac
