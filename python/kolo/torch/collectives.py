@@ -17,17 +17,9 @@ import torch
 from kolo import _C, handles
 from kolo.basics import comm, error
 from kolo.process_sets import root_in_scope, with_process_set
+from kolo.reduce_ops import resolve_op
 from kolo.torch import alltoallv, dtypes
 from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, reduce_plan
-
-
-def resolve_op(what, average, op, default=Average):
-    """Horovod's deprecated ``average`` flag and ``op`` (None means Average)."""
-    if average is not None:
-        if op is not None:
-            raise ValueError(error(what, "pass either average= (deprecated) or op=, not both"))
-        return Average if average else Sum
-    return default if op is None else op
 
 
 def _scale(what, t, factor, kind):

@@ -1,0 +1,95 @@
+"""How tf.Tensors reach kolo._C without linking TensorFlow, eagerly and in graphs.
+
+Eagerly, a CPU EagerTensor's buffer is read in place: ``np.asarray(t)`` is a
+read-only view of it (EagerTensor.__array__, no copy; kolo only reads
+inputs), and a result array becomes a tf.Tensor through DLPack
+(``tf.experimental.dlpack.from_dlpack``, no copy either; measured in
+bench/tensorflow). Inside a ``tf.function`` the same NumPy code runs in a
+``tf.numpy_function`` (stateful, so TF neither prunes nor reorders it against
+other kolo calls); kolo matches collectives by call order, so a graph must
+issue them in one order on every rank — TF runs stateful ops of one function
+in program order. XLA cannot compile a Python callback: a function with
+``jit_compile=True`` gets a clear error at trace time.
+"""
+import ml_dtypes
+import numpy as np
+import tensorflow as tf
+
+from kolo import process_sets
+from kolo.basics import error
+from kolo.tensorflow import ndarrays
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def check(what, tensor, name=None):
+    """tensor as a tf.Tensor of a dtype kolo handles; a clear error otherwise."""
+    label = f" '{name}'" if name else ""
+    if isinstance(tensor, tf.IndexedSlices):
+        raise TypeError(error(what, f"tensor{label} is a tf.IndexedSlices; this collective "
+                              "needs a dense tensor (tf.convert_to_tensor)"))
+    try:
+        t = tf.convert_to_tensor(tensor)
+    except (TypeError, ValueError) as e:
+        raise TypeError(error(what, f"expected a tf.Tensor{label}, got {type(tensor).__name__} "
+                              f"({e})")) from None
+    if not t.dtype.is_numpy_compatible or not ndarrays.supported(t.dtype.as_numpy_dtype):
+        raise TypeError(error(what, f"tensor{label} has dtype {t.dtype.name}, which kolo does not "
+                              f"support (supported: {ndarrays.SUPPORTED})"))
+    return t
+
+
+def comm(process_set, what):
+    """The communicator of process_set (None or global_process_set: all ranks)."""
+    return process_sets.communicator(process_set, what)
+
+
+def root_of(process_set, root_rank, what):
+    """Horovod's root_rank is a global rank; kolo's is the set's."""
+    if process_set is None or process_set is process_sets.global_process_set:
+        return int(root_rank)
+    try:
+        return process_set.ranks.index(int(root_rank))
+    except ValueError:
+        raise ValueError(error(what, f"root_rank {root_rank} is not a member of the process set "
+                               f"(ranks {process_set.ranks})")) from None
+
+
+def to_array(t):
+    return np.asarray(t)
+
+
+def to_tensor(a):
+    """A tf.Tensor over a's buffer (DLPack); bfloat16 travels as its bits."""
+    a = ndarrays.aligned(a)
+    if a.dtype == _BF16:
+        return tf.bitcast(to_tensor(a.view(np.uint16)), tf.bfloat16)
+    if a.size == 0:
+        return tf.constant(a)
+    return tf.experimental.dlpack.from_dlpack(a.__dlpack__())
+
+
+def _refuse_xla(what):
+    try:  # the only way to ask; not public API, so guarded
+        from tensorflow.python.ops import control_flow_util
+        in_xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    except Exception:  # pragma: no cover - a TF without it: XLA's own error follows
+        return
+    if in_xla:
+        raise NotImplementedError(error(what, "kolo's collectives cannot run inside an XLA-compiled "
+                                        "function (jit_compile=True): call them outside it, or "
+                                        "compile without jit_compile"))
+
+
+def run(what, fn, inputs, touts):
+    """fn(*arrays) -> list of arrays, on tf.Tensors: directly when eager, as a
+    tf.numpy_function in a graph. Returns a list of tf.Tensors (shapes in a
+    graph are unknown: the caller sets what it knows)."""
+    if tf.executing_eagerly():
+        return [to_tensor(o) for o in fn(*[to_array(t) for t in inputs])]
+    _refuse_xla(what)
+
+    def call(*arrays):
+        return [ndarrays.aligned(o) for o in fn(*arrays)]
+    return tf.numpy_function(call, list(inputs), list(touts), stateful=True,
+                             name="kolo_" + what.replace(" ", "_"))
