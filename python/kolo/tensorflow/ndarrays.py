@@ -66,6 +66,11 @@ def aligned(a):
     return out
 
 
+def _contiguous(a):
+    """a, or a C-ordered copy (np.ascontiguousarray would make a 0-d array 1-d)."""
+    return a if a.flags.c_contiguous else np.array(a, order="C")
+
+
 def _is_float(dtype):
     return dtype.kind == "f" or dtype in _HALF
 
@@ -106,7 +111,7 @@ def allreduce(c, what, a, code, prescale=1.0, postscale=1.0):
     int_average = kcode == _C.AVERAGE and not _is_float(a.dtype)
     if int_average:
         kcode = _C.SUM  # Horovod's integer average: sum, then floor division
-    src = np.ascontiguousarray(scale(what, a, prescale, "prescale_factor"))
+    src = _contiguous(scale(what, a, prescale, "prescale_factor"))
     if wide is not None:
         src = src.astype(wide)
     out = empty(src.shape, src.dtype)
@@ -163,7 +168,7 @@ def gather_descriptions(c, what, a, extra=()):
 
 def allgather(c, what, a):
     """Concatenation of every rank's a along dim 0 (first dims may differ)."""
-    a = np.ascontiguousarray(a.reshape(1) if a.ndim == 0 else a)
+    a = _contiguous(a.reshape(1) if a.ndim == 0 else a)
     rows = gather_descriptions(c, what, a)
     firsts = [row[2] for row in rows]
     out = empty((sum(firsts),) + a.shape[1:], a.dtype)
@@ -199,7 +204,7 @@ def alltoall(c, what, a, splits):
     Every rank's splits travel in one allgather (with the shape check), then
     kolo's equal-block alltoall moves blocks padded to the largest split."""
     n, me = c.size(), c.rank()
-    a = np.ascontiguousarray(a.reshape(1) if a.ndim == 0 else a)
+    a = _contiguous(a.reshape(1) if a.ndim == 0 else a)
     s = splits_list(what, a.shape[0], splits, n)
     rows = gather_descriptions(c, what, a, s)
     matrix = [row[2 + _MAX_DIMS:] for row in rows]  # matrix[src][dst]
@@ -247,4 +252,4 @@ def reducescatter(c, what, a, code, prescale=1.0, postscale=1.0):
         res = res.astype(a.dtype)
     if int_average:
         res = res // n
-    return np.ascontiguousarray(scale(what, res, postscale, "postscale_factor"))
+    return _contiguous(scale(what, res, postscale, "postscale_factor"))
