@@ -7,6 +7,9 @@ inside tf.function (bridge.py), CPU tensors, matched by call order, not by
 name. Keras: kolo.tensorflow.keras.
 """
 from kolo._C import Error as KoloError
+from kolo.build_info import (  # noqa: F401
+    mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built, nccl_built,
+    ddl_built, ccl_built, cuda_built, rocm_built)
 from kolo.basics import (init, shutdown, is_initialized, rank, size, local_rank, local_size,
                          cross_rank, cross_size, start_timeline, stop_timeline)
 from kolo.process_sets import (ProcessSet, add_process_set, remove_process_set,
@@ -47,34 +50,3 @@ def local_rank_op(name=None):
 def local_size_op(name=None):
     return _constant_op(local_size())
 
-
-def mpi_threads_supported():
-    return False
-
-
-def mpi_enabled():
-    return False
-
-
-def mpi_built():
-    return False
-
-
-def gloo_enabled():
-    return False
-
-
-def gloo_built():
-    return False
-
-
-def nccl_built():
-    return 0
-
-
-def cuda_built():
-    return False
-
-
-def rocm_built():
-    return False

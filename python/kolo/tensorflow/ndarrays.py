@@ -15,7 +15,7 @@ Horovod; Average of bool is an error. Everything else is an error naming it.
 import ml_dtypes
 import numpy as np
 
-from kolo import _C
+from kolo import _C, descriptions
 from kolo.basics import error
 
 _NATIVE = {np.dtype(np.float32): _C.F32, np.dtype(np.float64): _C.F64,
@@ -28,7 +28,6 @@ FLOATS = {np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16),
           np.dtype(ml_dtypes.bfloat16)}
 _HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 SUPPORTED = "float32, float64, float16, bfloat16, int64, int32, int16, int8, uint16, uint8, bool"
-_MAX_DIMS = 8
 # A dtype's index in the shape/dtype descriptions ranks exchange (allgather).
 _DTYPE_INDEX = {d: i for i, d in enumerate(list(_NATIVE) + list(_WIDENED) + [_BOOL])}
 _INDEX_DTYPE = {i: d for d, i in _DTYPE_INDEX.items()}
@@ -137,33 +136,13 @@ def broadcast(c, what, a, root):
     return out
 
 
-def _describe(a, extra=()):
-    dims = list(a.shape)
-    if len(dims) > _MAX_DIMS:  # the tail folded into the last of 8
-        dims = dims[:_MAX_DIMS - 1] + [int(np.prod(dims[_MAX_DIMS - 1:]))]
-    dims += [0] * (_MAX_DIMS - len(dims))
-    return [_DTYPE_INDEX[a.dtype], a.ndim] + dims + list(extra)
-
-
-def _shape(row):
-    return tuple(row[2:2 + min(row[1], _MAX_DIMS)])
-
-
 def gather_descriptions(c, what, a, extra=()):
-    """Every rank's [dtype, ndim, dims..., extra...]; the same error on every
-    rank (each sees the whole table) when dtypes or shapes beyond dim 0 differ."""
-    mine = np.array(_describe(a, extra), dtype=np.int64)
+    """Every rank's description of a (kolo/descriptions.py); the same error on
+    every rank when dtypes or shapes beyond dim 0 differ."""
+    mine = np.array(descriptions.describe(_DTYPE_INDEX[a.dtype], a.shape, extra), dtype=np.int64)
     table = np.empty((c.size(), mine.size), dtype=np.int64)
     c.allgather(ptr(mine), ptr(table), mine.size, _C.I64)
-    rows = table.tolist()
-    for r, row in enumerate(rows):
-        if row[0] != rows[0][0]:
-            raise _C.Error(error(what, f"ranks disagree on the dtype: rank 0 has "
-                                 f"{_INDEX_DTYPE[rows[0][0]]}, rank {r} has {_INDEX_DTYPE[row[0]]}"))
-        if row[1] != rows[0][1] or row[3:2 + _MAX_DIMS] != rows[0][3:2 + _MAX_DIMS]:
-            raise _C.Error(error(what, "ranks disagree on the shape beyond the first dimension: "
-                                 f"rank 0 has {_shape(rows[0])}, rank {r} has {_shape(row)}"))
-    return rows
+    return descriptions.check_rows(what, table.tolist(), lambda i: _INDEX_DTYPE[i])
 
 
 def allgather(c, what, a):
@@ -207,7 +186,7 @@ def alltoall(c, what, a, splits):
     a = _contiguous(a.reshape(1) if a.ndim == 0 else a)
     s = splits_list(what, a.shape[0], splits, n)
     rows = gather_descriptions(c, what, a, s)
-    matrix = [row[2 + _MAX_DIMS:] for row in rows]  # matrix[src][dst]
+    matrix = [descriptions.extra_of(row) for row in rows]  # matrix[src][dst]
     recv = [matrix[src][me] for src in range(n)]
     big = max(max(r) for r in matrix)
     tail = a.shape[1:]

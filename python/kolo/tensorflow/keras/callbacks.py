@@ -76,6 +76,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.staircase = staircase
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = None
+        self._ended = False
 
     def _in_range(self, epoch):
         return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
@@ -96,8 +97,17 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             self._adjust(epoch)
 
     def on_batch_begin(self, batch, logs=None):
-        if not self.staircase and self._in_range(self.current_epoch):
-            self._adjust(self.current_epoch + float(batch) / self.steps_per_epoch)
+        if self.staircase:
+            return
+        epoch = self.current_epoch + float(batch) / self.steps_per_epoch
+        if epoch < self.start_epoch:
+            return
+        if self.end_epoch is not None and epoch >= self.end_epoch:
+            if self._ended:
+                return
+            self._ended = True  # once, the schedule's value at its end (warmup: initial_lr)
+            epoch = self.end_epoch
+        self._adjust(epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:

@@ -1,0 +1,48 @@
+"""What the TensorFlow examples share: Fashion-MNIST as NumPy arrays (the IDX
+reader of examples/python/fashion_mnist_data.py), Horovod's TF2 MNIST
+network, and kolo's import from a pip install or from this checkout's build."""
+import importlib
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from fashion_mnist_data import DEFAULT_DIR, MEAN, STD, read_idx  # noqa: E402,F401
+
+
+def import_kolo(module):
+    """kolo.tensorflow or kolo.tensorflow.keras: installed, else the checkout's
+    build (scripts/build.sh; KOLO_BUILD_DIR names another)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        sys.path.insert(0, os.path.join(HERE, "..", "..", os.environ.get("KOLO_BUILD_DIR", "build"),
+                                        "python"))
+        return importlib.import_module(module)
+
+
+def load(data_dir, split, limit=0):
+    """split "train" (60,000) or "t10k" (10,000): images [n, 28, 28, 1] float32
+    normalised, labels int64; limit > 0 keeps the first limit."""
+    images = read_idx(os.path.join(data_dir, f"{split}-images-idx3-ubyte.gz"), 2051, 16)
+    labels = read_idx(os.path.join(data_dir, f"{split}-labels-idx1-ubyte.gz"), 2049, 8)
+    x = (images.reshape(-1, 28, 28, 1).astype(np.float32) / 255.0 - MEAN) / STD
+    y = labels.astype(np.int64)
+    return (x[:limit], y[:limit]) if limit else (x, y)
+
+
+def cnn(keras):
+    """Horovod's TF2 MNIST network: conv32-conv64-maxpool-fc128 (1.2 M parameters)."""
+    return keras.Sequential([
+        keras.Input((28, 28, 1)),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Dropout(0.25),
+        keras.layers.Flatten(),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dropout(0.5),
+        keras.layers.Dense(10),
+    ])
