@@ -141,6 +141,7 @@ def test_lr_callbacks():
         hvdk.callbacks.LearningRateWarmupCallback(initial_lr=LR, warmup_epochs=2), rec])
     want = [LR / N * ((e + b / STEPS) * (N - 1) / 2 + 1) for e in range(2) for b in range(STEPS)]
     check(np.allclose(rec.lrs[:2 * STEPS], want, rtol=1e-5), f"warmup {rec.lrs} vs {want}")
+    check(np.allclose(rec.lrs[2 * STEPS:], LR, rtol=1e-6), f"after the warmup: {rec.lrs}")
     rec = Recorder()
     m.fit(ds, epochs=3, verbose=0, callbacks=[
         hvdk.callbacks.LearningRateScheduleCallback(LR, multiplier=lambda e: 0.5 ** e, start_epoch=1),
