@@ -24,6 +24,46 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BIG = 64 << 20
 
 
+def timed(fn, n):
+    """fn's duration in ns, n times."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append(time.perf_counter_ns() - t0)
+    return out
+
+
+def print_cases(results):
+    """One parseable line per case: median and 10th/90th percentiles in us."""
+    for name, t in results.items():
+        t = sorted(t)
+        q = lambda f: t[min(len(t) - 1, int(f * len(t)))] / 1000  # noqa: E731
+        print(f"case={name.replace(' ', '_')} n={len(t)} median_us={statistics.median(t) / 1000:.3f} "
+              f"p10_us={q(0.1):.3f} p90_us={q(0.9):.3f}", flush=True)
+
+
+def launcher(build, np, env):
+    """launch(cmd) -> output of cmd on np ranks under build's kolorun; exits on failure."""
+    kolorun = os.path.join(build, "tools", "kolorun", "kolorun")
+
+    def launch(cmd):
+        p = subprocess.run([kolorun, "-np", str(np), "--no-tag-output", *cmd], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}")
+        return p.stdout
+    return launch
+
+
+def kolo_bench_us(launch, build, size, inplace):
+    """kolo-bench's mean time of one f32 sum allreduce of size bytes."""
+    bench = os.path.join(build, "tools", "kolo-bench", "kolo-bench")
+    out = launch([bench, "-c", "allreduce", "--sizes", str(size), "-d", "f32", "-o", "sum",
+                  *(["--inplace"] if inplace else []), "--anchor-format"])
+    return float(re.search(rf"^kolo n=\d+ bytes={size} time_us=([\d.]+)", out, re.M).group(1))
+
+
 def rank_side(calls, big_iters):
     import torch
     import kolo.torch as hvd
@@ -31,14 +71,6 @@ def rank_side(calls, big_iters):
 
     hvd.init()
     torch.set_num_threads(1)
-
-    def timed(fn, n):
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter_ns()
-            fn()
-            out.append(time.perf_counter_ns() - t0)
-        return out
 
     one = torch.ones(1)
     comm, ptr = basics.comm(), one.data_ptr()
@@ -51,10 +83,7 @@ def rank_side(calls, big_iters):
     hvd.allreduce_(big, op=hvd.Sum)
     results["hvd.allreduce_ 64MiB"] = sorted(timed(lambda: hvd.allreduce_(big, op=hvd.Sum), big_iters))
     if hvd.rank() == 0:
-        for name, t in results.items():
-            q = lambda f: t[min(len(t) - 1, int(f * len(t)))] / 1000  # noqa: E731
-            print(f"case={name.replace(' ', '_')} n={len(t)} median_us={statistics.median(t) / 1000:.3f} "
-                  f"p10_us={q(0.1):.3f} p90_us={q(0.9):.3f}", flush=True)
+        print_cases(results)
 
 
 def main():
@@ -70,22 +99,13 @@ def main():
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(HERE, "..", "torch"))
     from compare import machine, torch_of  # bench/torch/compare.py
-    kolorun = os.path.join(a.build, "tools", "kolorun", "kolorun")
-    bench = os.path.join(a.build, "tools", "kolo-bench", "kolo-bench")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                PYTHONPATH=os.path.abspath(os.path.join(a.build, "python")) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
-    def launch(cmd):
-        p = subprocess.run([kolorun, "-np", str(a.np), "--no-tag-output", *cmd], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if p.returncode != 0:
-            sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}")
-        return p.stdout
+    launch = launcher(a.build, a.np, env)
 
     def kolo_bench(size):
-        out = launch([bench, "-c", "allreduce", "--sizes", str(size), "-d", "f32", "-o", "sum",
-                      "--inplace", "--anchor-format"])
-        return float(re.search(rf"^kolo n=\d+ bytes={size} time_us=([\d.]+)", out, re.M).group(1))
+        return kolo_bench_us(launch, a.build, size, inplace=True)
 
     def python_side():
         out = launch([a.python, os.path.abspath(__file__), "--rank-side", str(a.calls),

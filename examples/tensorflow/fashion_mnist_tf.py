@@ -23,6 +23,34 @@ def import_kolo(module):
         return importlib.import_module(module)
 
 
+def arguments(description):
+    """The options both examples take; each adds its own."""
+    import argparse
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--lr", type=float, default=0.001, help="Adam's learning rate on one rank")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--data-dir", default=DEFAULT_DIR)
+    p.add_argument("--limit", type=int, default=0, help="first N training images only (smoke tests)")
+    return p
+
+
+def start(hvd, tf, keras, args):
+    """hvd.init(), one core per rank, a seed per rank (different on purpose:
+    rank 0's weights reach the others by broadcast), and this rank's shards
+    of the training set (shuffled) and of the test set as tf.data pipelines."""
+    hvd.init()
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    keras.utils.set_random_seed(args.seed + hvd.rank())
+    x, y = load(args.data_dir, "train", args.limit)
+    xt, yt = load(args.data_dir, "t10k")
+    train = (tf.data.Dataset.from_tensor_slices((x, y)).shard(hvd.size(), hvd.rank())
+             .shuffle(10000, seed=args.seed).batch(args.batch_size))
+    test = tf.data.Dataset.from_tensor_slices((xt, yt)).shard(hvd.size(), hvd.rank()).batch(1000)
+    return train, test
+
+
 def load(data_dir, split, limit=0):
     """split "train" (60,000) or "t10k" (10,000): images [n, 28, 28, 1] float32
     normalised, labels int64; limit > 0 keeps the first limit."""

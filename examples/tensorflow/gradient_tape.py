@@ -9,7 +9,6 @@ optimizer variables broadcast from rank 0 after the first step (the
 optimizer's exist only then), test accuracy averaged with hvd.allreduce,
 checkpoints by rank 0 only. kolorun tags every line with its rank.
 """
-import argparse
 import os
 import sys
 import time
@@ -25,28 +24,15 @@ hvd = data.import_kolo("kolo.tensorflow")  # was: import horovod.tensorflow as h
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description="kolo.tensorflow GradientTape Fashion-MNIST example")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64, help="per rank")
-    p.add_argument("--lr", type=float, default=0.001, help="Adam's learning rate on one rank")
-    p.add_argument("--seed", type=int, default=42)
+    p = data.arguments("kolo.tensorflow GradientTape Fashion-MNIST example")
     p.add_argument("--fp16-allreduce", action="store_true")
-    p.add_argument("--data-dir", default=data.DEFAULT_DIR)
     p.add_argument("--checkpoint-dir", default="./checkpoints-tape")
-    p.add_argument("--limit", type=int, default=0, help="first N training images only (smoke tests)")
     return p.parse_args()
 
 
 def main():
     args = parse_args()
-    hvd.init()
-    tf.config.threading.set_intra_op_parallelism_threads(1)  # one core per rank
-    keras.utils.set_random_seed(args.seed + hvd.rank())  # different on purpose: the broadcast aligns
-    x, y = data.load(args.data_dir, "train", args.limit)
-    xt, yt = data.load(args.data_dir, "t10k")
-    train = (tf.data.Dataset.from_tensor_slices((x, y)).shard(hvd.size(), hvd.rank())
-             .shuffle(10000, seed=args.seed).batch(args.batch_size))
-    test = tf.data.Dataset.from_tensor_slices((xt, yt)).shard(hvd.size(), hvd.rank()).batch(1000)
+    train, test = data.start(hvd, tf, keras, args)
 
     model = data.cnn(keras)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)

@@ -9,7 +9,6 @@ warm-up (LearningRateWarmupCallback), rank 0's initial weights everywhere
 (BroadcastGlobalVariablesCallback), epoch metrics averaged over the ranks
 (MetricAverageCallback), checkpoints and the progress bar on rank 0 only.
 """
-import argparse
 import os
 import sys
 
@@ -24,28 +23,15 @@ hvd = data.import_kolo("kolo.tensorflow.keras")  # was: import horovod.tensorflo
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description="kolo.tensorflow.keras model.fit Fashion-MNIST example")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64, help="per rank")
-    p.add_argument("--lr", type=float, default=0.001, help="Adam's learning rate on one rank")
+    p = data.arguments("kolo.tensorflow.keras model.fit Fashion-MNIST example")
     p.add_argument("--warmup-epochs", type=float, default=0.25)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--data-dir", default=data.DEFAULT_DIR)
     p.add_argument("--checkpoint", default="./keras-checkpoint.weights.h5")
-    p.add_argument("--limit", type=int, default=0, help="first N training images only (smoke tests)")
     return p.parse_args()
 
 
 def main():
     args = parse_args()
-    hvd.init()
-    tf.config.threading.set_intra_op_parallelism_threads(1)  # one core per rank
-    keras.utils.set_random_seed(args.seed + hvd.rank())  # rank 0's weights win the broadcast
-    x, y = data.load(args.data_dir, "train", args.limit)
-    xt, yt = data.load(args.data_dir, "t10k")
-    train = (tf.data.Dataset.from_tensor_slices((x, y)).shard(hvd.size(), hvd.rank())
-             .shuffle(10000, seed=args.seed).batch(args.batch_size))
-    test = tf.data.Dataset.from_tensor_slices((xt, yt)).shard(hvd.size(), hvd.rank()).batch(1000)
+    train, test = data.start(hvd, tf, keras, args)
 
     model = data.cnn(keras)
     scaled_lr = args.lr * hvd.size()
