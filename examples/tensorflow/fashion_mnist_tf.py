@@ -32,7 +32,7 @@ def arguments(description):
     p.add_argument("--lr", type=float, default=0.001, help="Adam's learning rate on one rank")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data-dir", default=DEFAULT_DIR)
-    p.add_argument("--limit", type=int, default=0, help="first N training images only (smoke tests)")
+    p.add_argument("--limit", type=int, default=0, help="first N training and test images only (smoke tests)")
     return p
 
 
@@ -44,7 +44,7 @@ def start(hvd, tf, keras, args):
     tf.config.threading.set_intra_op_parallelism_threads(1)
     keras.utils.set_random_seed(args.seed + hvd.rank())
     x, y = load(args.data_dir, "train", args.limit)
-    xt, yt = load(args.data_dir, "t10k")
+    xt, yt = load(args.data_dir, "t10k", args.limit)
     train = (tf.data.Dataset.from_tensor_slices((x, y)).shard(hvd.size(), hvd.rank())
              .shuffle(10000, seed=args.seed).batch(args.batch_size))
     test = tf.data.Dataset.from_tensor_slices((xt, yt)).shard(hvd.size(), hvd.rank()).batch(1000)

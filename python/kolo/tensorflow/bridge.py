@@ -22,21 +22,37 @@ from kolo.tensorflow import ndarrays
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
+_checked = {}  # tf.DType -> supported? (the test below costs microseconds per call)
+
+
 def check(what, tensor, name=None):
     """tensor as a tf.Tensor of a dtype kolo handles; a clear error otherwise."""
     label = f" '{name}'" if name else ""
     if isinstance(tensor, tf.IndexedSlices):
         raise TypeError(error(what, f"tensor{label} is a tf.IndexedSlices; this collective "
                               "needs a dense tensor (tf.convert_to_tensor)"))
-    try:
-        t = tf.convert_to_tensor(tensor)
-    except (TypeError, ValueError) as e:
-        raise TypeError(error(what, f"expected a tf.Tensor{label}, got {type(tensor).__name__} "
-                              f"({e})")) from None
-    if not t.dtype.is_numpy_compatible or not ndarrays.supported(t.dtype.as_numpy_dtype):
+    t = tensor
+    if not isinstance(t, tf.Tensor):
+        try:
+            t = tf.convert_to_tensor(tensor)
+        except (TypeError, ValueError) as e:
+            raise TypeError(error(what, f"expected a tf.Tensor{label}, got {type(tensor).__name__} "
+                                  f"({e})")) from None
+    ok = _checked.get(t.dtype)
+    if ok is None:
+        ok = _checked[t.dtype] = (t.dtype.is_numpy_compatible and
+                                  ndarrays.supported(t.dtype.as_numpy_dtype))
+    if not ok:
         raise TypeError(error(what, f"tensor{label} has dtype {t.dtype.name}, which kolo does not "
                               f"support (supported: {ndarrays.SUPPORTED})"))
     return t
+
+
+def set_shape(t, shape):
+    """Tells a graph tensor the shape it will have (eager tensors know theirs;
+    set_shape costs tens of microseconds on them)."""
+    if not tf.executing_eagerly():
+        t.set_shape(shape)
 
 
 def comm(process_set, what):

@@ -111,14 +111,13 @@ def reduce_gradients(what, grads, op, compression=Compression.none, sparse_as_de
     dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
     sent = [compression.compress(bridge.check(what, grads[i])) for i in dense]
     xs = [s for s, _ in sent]
-    c0 = bridge.comm(process_set, what)  # fails here for a bad process set
-    del c0
+    bridge.comm(process_set, what)  # a bad process set fails here, at the call
     outs = bridge.run(what, lambda *a: _reduce_arrays(what, bridge.comm(process_set, what), list(a),
                                                       code, prescale, postscale),
                       xs, [x.dtype for x in xs])
     result = list(grads)
     for i, o, x, (_, ctx) in zip(dense, outs, xs, sent):
-        o.set_shape(x.shape)
+        bridge.set_shape(o, x.shape)
         result[i] = compression.decompress(o, ctx)
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices):
@@ -150,5 +149,5 @@ def join():
     Returns the rank that joined last (an int32 scalar tensor)."""
     comm_of_world()
     last, = bridge.run("join", _join_arrays, [], [tf.int32])
-    last.set_shape([])
+    bridge.set_shape(last, [])
     return last

@@ -9,7 +9,7 @@ from kolo.tensorflow import fusion
 from kolo.tensorflow.compression import Compression
 
 
-def scale_factors(what, op, gradient_predivide_factor, process_set):
+def scale_factors(what, op, gradient_predivide_factor):
     """Horovod's gradient_predivide_factor f: Average becomes prescale 1/f
     and postscale f (the division by the size stays in the reduction)."""
     if gradient_predivide_factor != 1.0:
@@ -30,7 +30,7 @@ class _DistributedGradientTape:
         self._sparse_as_dense = sparse_as_dense
         self._op = op
         self._pre, self._post = scale_factors("DistributedGradientTape", op,
-                                              gradient_predivide_factor, process_set)
+                                              gradient_predivide_factor)
         self._process_set = process_set
 
     def __enter__(self):

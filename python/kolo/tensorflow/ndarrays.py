@@ -12,6 +12,8 @@ would); bool moves as bytes and reduces as u8 (Sum/Max: OR, Product/Min:
 AND). Average of an integer array is a sum followed by floor division, as in
 Horovod; Average of bool is an error. Everything else is an error naming it.
 """
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -50,7 +52,7 @@ ALIGN = 64
 def empty(shape, dtype):
     """np.empty whose buffer starts on an ALIGN-byte boundary."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + ALIGN, np.uint8)
     off = (-ptr(raw)) % ALIGN
     return raw[off:off + nbytes].view(dtype).reshape(shape)

@@ -13,7 +13,7 @@ from kolo.tensorflow.gradient_tape import scale_factors
 
 
 def _legacy(optimizer, compression, sparse_as_dense, op, gradient_predivide_factor, process_set):
-    pre, post = scale_factors("DistributedOptimizer", op, gradient_predivide_factor, process_set)
+    pre, post = scale_factors("DistributedOptimizer", op, gradient_predivide_factor)
     base = optimizer.__class__
 
     class _Distributed(base):

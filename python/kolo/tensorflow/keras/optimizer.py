@@ -21,7 +21,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     what = "keras.DistributedOptimizer"
     if backward_passes_per_step != 1:
         raise NotImplementedError(error(what, "backward_passes_per_step > 1 is not supported by kolo"))
-    pre, post = scale_factors(what, op, gradient_predivide_factor, process_set)
+    pre, post = scale_factors(what, op, gradient_predivide_factor)
     base = optimizer.__class__
 
     class _Distributed(base):
