@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Keras 3 model.fit samples/s on 2 ranks: kolo (kolorun, hvd.DistributedOptimizer)
+"""Keras 3 training samples/s on 2 ranks: kolo (kolorun, DistributedGradientTape)
 vs TensorFlow's own tf.distribute.MultiWorkerMirroredStrategy (CPU, RING
-collectives over gRPC, TF_CONFIG on localhost), same model, data and batch,
-alternating --reps times in one run; medians.
+collectives over gRPC, TF_CONFIG on localhost), same model, data, batch and
+custom training loop; and kolo under model.fit (hvd.DistributedOptimizer).
+Alternating --reps times in one run; medians.
 
   bench/tensorflow/keras_throughput.py --python ~/.cache/kolo/venvs/tensorflow-2.21.0/bin/python \
       [--build build] [--models mlp,cnn] [--steps 60] [--warmup 10] [--batch 64] [--reps 3] [--out FILE]
@@ -36,6 +37,12 @@ def build_model(keras, kind):
 
 
 def rank_side(mode, kind, steps, warmup, batch):
+    """One rank: mode "kolo" (DistributedGradientTape), "mwms" (the strategy's
+    replica step) or "kolo-fit" (model.fit with hvd.DistributedOptimizer).
+    The same custom loop on both sides: Keras 3.15's model.fit under
+    MultiWorkerMirroredStrategy fails before the first step (its symbolic
+    build reduces the (x, y) tuple of PerReplica values, which the strategy
+    cannot convert)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
     import tensorflow as tf
@@ -47,27 +54,18 @@ def rank_side(mode, kind, steps, warmup, batch):
     n = (steps + warmup) * batch * 2
     x = rng.rand(n, 28, 28, 1).astype(np.float32)
     y = rng.randint(0, 10, n).astype(np.int64)
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                         reduction="sum_over_batch_size")
 
-    class Clock(keras.callbacks.Callback):
-        def on_train_batch_begin(self, b, logs=None):
-            if b == warmup:
-                self.t0 = time.perf_counter()
+    def timed_loop(step, it):
+        for _ in range(warmup):
+            step(it)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(it)
+        return time.perf_counter() - t0
 
-        def on_train_batch_end(self, b, logs=None):
-            if b == warmup + steps - 1:
-                self.t1 = time.perf_counter()
-    clock = Clock()
-    if mode == "kolo":
-        import kolo.tensorflow.keras as hvd
-        hvd.init()
-        rank, size = hvd.rank(), hvd.size()
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(size, rank).batch(batch).repeat()
-        model = build_model(keras, kind)
-        model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss=loss)
-        model.fit(ds, steps_per_epoch=warmup + steps, epochs=1, verbose=0,
-                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), clock])
-    else:
+    if mode == "mwms":
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=tf.distribute.experimental.CommunicationOptions(
                 implementation=tf.distribute.experimental.CommunicationImplementation.RING))
@@ -77,10 +75,56 @@ def rank_side(mode, kind, steps, warmup, batch):
         ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch * size).repeat().with_options(options)
         with strategy.scope():
             model = build_model(keras, kind)
-            model.compile(optimizer=keras.optimizers.SGD(0.01), loss=loss)
-        model.fit(ds, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=[clock])
+            opt = keras.optimizers.SGD(0.01)
+        it = iter(strategy.experimental_distribute_dataset(ds))
+
+        @tf.function
+        def step(it):
+            def replica(xb, yb):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(yb, model(xb, training=True)) / size  # the strategy sums
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            strategy.run(replica, args=next(it))
+        seconds = timed_loop(step, it)
+    else:
+        import kolo.tensorflow as hvd
+        hvd.init()
+        rank, size = hvd.rank(), hvd.size()
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(size, rank).batch(batch).repeat()
+        model = build_model(keras, kind)
+        if mode == "kolo-fit":
+            import kolo.tensorflow.keras as hvdk
+
+            class Clock(keras.callbacks.Callback):
+                def on_train_batch_begin(self, b, logs=None):
+                    if b == warmup:
+                        self.t0 = time.perf_counter()
+
+                def on_train_batch_end(self, b, logs=None):
+                    if b == warmup + steps - 1:
+                        self.seconds = time.perf_counter() - self.t0
+            clock = Clock()
+            model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss=loss_fn)
+            model.fit(ds, steps_per_epoch=warmup + steps, epochs=1, verbose=0,
+                      callbacks=[hvdk.callbacks.BroadcastGlobalVariablesCallback(0), clock])
+            seconds = clock.seconds
+        else:
+            opt = keras.optimizers.SGD(0.01)
+            it = iter(ds)
+
+            @tf.function
+            def step(it):
+                xb, yb = next(it)
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(yb, model(xb, training=True))
+                tape = hvd.DistributedGradientTape(tape)
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            seconds = timed_loop(step, it)
     if rank == 0:
-        print(f"RESULT samples_per_s={steps * batch * size / (clock.t1 - clock.t0):.1f}", flush=True)
+        print(f"RESULT samples_per_s={steps * batch * size / seconds:.1f}", flush=True)
 
 
 def main():
@@ -106,9 +150,9 @@ def main():
             sys.exit(f"{what} failed:\n{out[-4000:]}")
         return float(m.group(1))
 
-    def kolo(kind):
+    def kolo(kind, mode="kolo"):
         p = subprocess.run([os.path.join(a.build, "tools", "kolorun", "kolorun"), "-np", "2", "--no-tag-output",
-                            *me, "kolo", kind, str(a.steps), str(a.warmup), str(a.batch)],
+                            *me, mode, kind, str(a.steps), str(a.warmup), str(a.batch)],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         return result(p.stdout, "kolo")
 
@@ -131,18 +175,20 @@ def main():
     for kind in a.models.split(","):
         runs = []
         for _ in range(a.reps):
-            runs.append((kolo(kind), mwms(kind)))
+            runs.append((kolo(kind), mwms(kind), kolo(kind, "kolo-fit")))
         k = statistics.median(r[0] for r in runs)
         m = statistics.median(r[1] for r in runs)
-        rows[kind] = (k, m, runs)
-    lines = [f"# Keras 3 model.fit, 2 ranks, batch {a.batch} per rank, {a.steps} timed steps after {a.warmup}; "
-             f"kolo vs MultiWorkerMirroredStrategy (RING), {a.reps} alternating rounds, medians",
+        f = statistics.median(r[2] for r in runs)
+        rows[kind] = (k, m, f, runs)
+    lines = [f"# Keras 3 model, 2 ranks, batch {a.batch} per rank, {a.steps} timed steps after {a.warmup}; "
+             f"one custom loop (tf.function step): kolo's DistributedGradientTape vs "
+             f"MultiWorkerMirroredStrategy (RING); and kolo under model.fit; {a.reps} alternating rounds, medians",
              f"# machine: {a.machine or machine()}",
              f"# date: {time.strftime('%Y-%m-%d %H:%M:%S')}, load average: {os.getloadavg()[0]:.2f}",
-             "model  kolo samples/s  MWMS samples/s  kolo/MWMS"]
-    for kind, (k, m, runs) in rows.items():
-        lines.append(f"{kind:5}  {k:14.1f}  {m:14.1f}  {k / m:9.2f}")
-    lines.append(f"# rounds (kolo, MWMS): { {kind: r[2] for kind, r in rows.items()} }")
+             "model  kolo samples/s  MWMS samples/s  kolo/MWMS  kolo model.fit samples/s"]
+    for kind, (k, m, f, runs) in rows.items():
+        lines.append(f"{kind:5}  {k:14.1f}  {m:14.1f}  {k / m:9.2f}  {f:23.1f}")
+    lines.append(f"# rounds (kolo, MWMS, kolo model.fit): { {kind: r[3] for kind, r in rows.items()} }")
     print("\n".join(lines), flush=True)
     if a.out:
         with open(a.out, "w") as f:
