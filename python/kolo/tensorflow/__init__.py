@@ -19,8 +19,8 @@ from kolo.tensorflow.compression import Compression
 from kolo.tensorflow.collectives import (allreduce, grouped_allreduce, allgather,
                                          grouped_allgather, broadcast, broadcast_, alltoall,
                                          reducescatter, grouped_reducescatter, barrier)
-from kolo.tensorflow.functions import (broadcast_variables, broadcast_object,
-                                       broadcast_object_fn, allgather_object)
+from kolo.tensorflow.functions import (broadcast_variables, broadcast_global_variables,
+                                       broadcast_object, broadcast_object_fn, allgather_object)
 from kolo.tensorflow.fusion import join
 from kolo.tensorflow.gradient_tape import DistributedGradientTape
 from kolo.tensorflow.optimizer import DistributedOptimizer

@@ -11,11 +11,13 @@ issue them in one order on every rank — TF runs stateful ops of one function
 in program order. XLA cannot compile a Python callback: a function with
 ``jit_compile=True`` gets a clear error at trace time.
 """
+import weakref
+
 import ml_dtypes
 import numpy as np
 import tensorflow as tf
 
-from kolo import process_sets
+from kolo import _C, process_sets
 from kolo.basics import error
 from kolo.tensorflow import ndarrays
 
@@ -97,15 +99,60 @@ def _refuse_xla(what):
                                         "compile without jit_compile"))
 
 
+class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
+    """A bad argument found while the collective runs (splits that do not fit,
+    a root outside the set): TF's error class, as Horovod raises, and a
+    ValueError. Inside a tf.function TF's py_func maps ValueError to the same."""
+
+    def __init__(self, message):
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+
+class FailedPreconditionError(tf.errors.FailedPreconditionError, _C.Error):
+    """A collective kolo refused or lost (ranks that disagree, a dead peer):
+    TF's error class, as Horovod raises eagerly, and kolo's (kolo.KoloError).
+    Inside a tf.function TF reports it as an UnknownError carrying this text
+    (its py_func maps only a few Python classes)."""
+
+    def __init__(self, message):
+        tf.errors.FailedPreconditionError.__init__(self, None, None, message)
+
+
+def _eager(fn, arrays):
+    try:
+        return fn(*arrays)
+    except _C.Error as e:
+        raise FailedPreconditionError(str(e)) from None
+    except ValueError as e:
+        raise InvalidArgumentError(str(e)) from None
+
+
+# TF1-style graphs (tf.compat.v1, sessions) run independent ops in any order,
+# and kolo matches collectives by order: each kolo op of a graph waits for the
+# one created before it, so every rank runs them in creation order. (A
+# tf.function orders its stateful ops by itself; the chain changes nothing.)
+_last_op = weakref.WeakKeyDictionary()
+
+
 def run(what, fn, inputs, touts):
     """fn(*arrays) -> list of arrays, on tf.Tensors: directly when eager, as a
     tf.numpy_function in a graph. Returns a list of tf.Tensors (shapes in a
     graph are unknown: the caller sets what it knows)."""
     if tf.executing_eagerly():
-        return [to_tensor(o) for o in fn(*[to_array(t) for t in inputs])]
+        return [to_tensor(o) for o in _eager(fn, [to_array(t) for t in inputs])]
     _refuse_xla(what)
+    touts = list(touts)
+    none = not touts  # a numpy_function without outputs has no op to chain on: one dummy output
 
     def call(*arrays):
-        return [ndarrays.aligned(o) for o in fn(*arrays)]
-    return tf.numpy_function(call, list(inputs), list(touts), stateful=True,
-                             name="kolo_" + what.replace(" ", "_"))
+        outs = [ndarrays.aligned(o) for o in fn(*arrays)]
+        return [np.zeros((), np.int32)] if none else outs
+    graph = tf.compat.v1.get_default_graph()
+    before = _last_op.get(graph)
+    with tf.control_dependencies([before] if before is not None else []):
+        outs = tf.numpy_function(call, list(inputs), [tf.int32] if none else touts, stateful=True,
+                                 name="kolo_" + what.replace(" ", "_"))
+    if not isinstance(outs, (list, tuple)):
+        outs = [outs]
+    _last_op[graph] = outs[0].op
+    return [] if none else list(outs)

@@ -74,17 +74,20 @@ def _allreduce_dense(what, t, code, pre, post, ps, name=None):
     return out
 
 
-def _sparse_allreduce(what, slices, code, ps, name):
-    """Horovod's IndexedSlices allreduce: allgathers of values and indices
-    (Average divides the values by the set's size)."""
+def _sparse_allreduce(what, slices, code, pre, post, ps, name):
+    """Horovod's IndexedSlices allreduce: allgathers of values and indices;
+    Average divides the values by the set's size (``/``: integer values
+    become floating, as in Horovod)."""
     if code not in (_C.SUM, _C.AVERAGE):
-        raise ValueError(error(what, f"op {_C.op_name(code)} is not supported for "
-                               "tf.IndexedSlices (Sum or Average; or sparse_as_dense=True)"))
+        raise NotImplementedError(error(what, f"op {_C.op_name(code)} is not supported for "
+                                        "tf.IndexedSlices (Sum or Average; or sparse_as_dense=True)"))
+    if pre != 1.0 or post != 1.0:
+        raise NotImplementedError(error(what, "prescale_factor/postscale_factor are not supported "
+                                        "for tf.IndexedSlices"))
     values = allgather(slices.values, name=name, process_set=ps)
     indices = allgather(slices.indices, name=name, process_set=ps)
     if code == _C.AVERAGE:
-        n = bridge.comm(ps, what).size()
-        values = values / tf.cast(n, values.dtype) if values.dtype.is_floating else values // n
+        values = values / tf.cast(bridge.comm(ps, what).size(), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -98,7 +101,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     op = resolve_op(what, average, op)
     code = op_code(what, op)
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(what, tensor, code, process_set, name)
+        return _sparse_allreduce(what, tensor, code, prescale_factor, postscale_factor,
+                                 process_set, name)
     t = bridge.check(what, tensor, name)
     sent, ctx = (compression or Compression.none).compress(t)
 
@@ -133,9 +137,16 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     op = resolve_op(what, average, op)
     code = op_code(what, op)
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
-        return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
-                          postscale_factor=postscale_factor, process_set=process_set)
-                for t in tensors]
+        # Horovod: the dense ones reduced together, then the sparse ones, in order
+        dense = [t for t in tensors if not isinstance(t, tf.IndexedSlices)]
+        reduced = iter(grouped_allreduce(dense, op=op, compression=compression,
+                                         prescale_factor=prescale_factor,
+                                         postscale_factor=postscale_factor,
+                                         process_set=process_set) if dense else [])
+        sparse = {i: allreduce(t, op=op, prescale_factor=prescale_factor,
+                               postscale_factor=postscale_factor, process_set=process_set)
+                  for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)}
+        return [sparse[i] if i in sparse else next(reduced) for i in range(len(tensors))]
     compression = compression or Compression.none
     ts = [bridge.check(what, t) for t in tensors]
     if not ts:

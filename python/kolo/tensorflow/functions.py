@@ -46,7 +46,7 @@ def _broadcast_arrays(c, what, arrays, root):
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assigns root_rank's values to every variable (eagerly or in a graph).
     Variables of one dtype travel as one buffer. ``inplace`` is accepted (kolo
-    always assigns)."""
+    always assigns). In a TF1 graph, returns the op that assigns."""
     what = "broadcast_variables"
     variables = list(variables)
     bridge.comm(process_set, what)
@@ -56,8 +56,22 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     values = bridge.run(what, lambda *a: _broadcast_arrays(bridge.comm(process_set, what), what,
                                                            list(a), root),
                         [tf.convert_to_tensor(v) for v in variables], [v.dtype for v in variables])
-    for v, x in zip(variables, values):
-        v.assign(tf.reshape(x, v.shape))
+    assigns = [v.assign(tf.reshape(x, v.shape)) for v, x in zip(variables, values)]
+    # In a TF1 graph the assignments run when the returned op does (sess.run);
+    # a tf.function runs them by itself (and could not return an op).
+    if not tf.executing_eagerly() and not tf.inside_function():
+        return tf.group(*assigns)
+    return None
+
+
+def broadcast_global_variables(root_rank):
+    """Horovod's TF1 call: root_rank's values of tf.compat.v1.global_variables(),
+    as an op to run in a session. Eagerly there are no global variables: an
+    error, as in Horovod (use broadcast_variables(model.variables, root_rank))."""
+    if tf.executing_eagerly():
+        raise RuntimeError(error("broadcast_global_variables", "does not support eager execution; "
+                                 "use broadcast_variables(model.variables, root_rank)"))
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):

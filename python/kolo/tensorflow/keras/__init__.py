@@ -7,15 +7,8 @@ from kolo.tensorflow import (KoloError, init, shutdown, is_initialized, rank, si
                              local_rank, local_size, cross_rank, cross_size, Average, Sum, Min,
                              Max, Product, Adasum, Compression, allreduce, allgather, broadcast,
                              reducescatter, broadcast_object, allgather_object, join,
-                             broadcast_variables, ProcessSet, add_process_set,
-                             remove_process_set, global_process_set)
+                             broadcast_variables, broadcast_global_variables, ProcessSet,
+                             add_process_set, remove_process_set, global_process_set)
 from kolo.tensorflow.keras import callbacks  # noqa: F401
 from kolo.tensorflow.keras.optimizer import DistributedOptimizer  # noqa: F401
 
-
-def broadcast_global_variables(root_rank):
-    """Horovod's TF1 Keras call; Keras 3 has no global variable collection:
-    use BroadcastGlobalVariablesCallback or broadcast_variables(model.variables)."""
-    raise NotImplementedError("kolo: broadcast_global_variables needs TF1 global variables; use "
-                              "callbacks.BroadcastGlobalVariablesCallback(0) or "
-                              "hvd.broadcast_variables(model.variables, root_rank=0)")
