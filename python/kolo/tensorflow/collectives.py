@@ -14,6 +14,7 @@ collectives by call order, never by name: ``name`` labels the timeline only.
 ``device_dense``/``device_sparse``/``ignore_name_scope`` are accepted and
 ignored (kolo runs on the CPU; there are no names to scope).
 """
+import numpy as np
 import tensorflow as tf
 
 from kolo import _C
@@ -227,18 +228,27 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     t = bridge.check(what, tensor, name)
 
     def backward(dy):
-        g = _allreduce_dense("broadcast backward", dy, _C.AVERAGE, 1.0, 1.0, process_set)
-        return g if rank() == int(root_rank) else tf.zeros_like(g)
+        # The zeros are made in the same callback as the allreduce: a TF1 session
+        # runs only what its fetches need, and tf.zeros_like(g) needs only g's shape.
+        is_root = rank() == int(root_rank)
+        bridge.comm(process_set, "broadcast backward")
+
+        def fn(g):
+            out = ndarrays.allreduce(bridge.comm(process_set, "broadcast backward"),
+                                     "broadcast backward", g, _C.AVERAGE)
+            return [out if is_root else np.zeros_like(out)]
+        g, = bridge.run("broadcast backward", fn, [dy], [dy.dtype])
+        bridge.set_shape(g, dy.shape)
+        return g
     return _differentiable(lambda x: _broadcast_plain(what, x, root_rank, process_set, name),
                            backward, t)
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Assigns root_rank's values to variables, in place; returns them."""
-    for v in variables:
-        v.assign(_broadcast_plain("broadcast_", bridge.check("broadcast_", v), root_rank,
-                                  process_set, name))
-    return variables
+    """Assigns root_rank's values to variables, in place; returns the
+    assignments (in a TF1 graph, running them assigns)."""
+    return [v.assign(_broadcast_plain("broadcast_", bridge.check("broadcast_", v), root_rank,
+                                      process_set, name)) for v in variables]
 
 
 # ---- alltoall ----------------------------------------------------------------------

@@ -206,6 +206,26 @@ def test_variables_and_objects():
     tf.function(hvd.barrier)()
 
 
+def test_tf1_graph():
+    """A TF1 graph run by a session: independent kolo ops of different sizes,
+    fetched together (TF may run them in any order; kolo chains them), and
+    broadcast_global_variables as an op."""
+    g = tf.Graph()
+    with g.as_default():
+        outs = [hvd.allreduce(tf.constant(np.full(3 + i, float(R + i), np.float32)), op=hvd.Sum)
+                for i in range(8)]
+        v = tf.compat.v1.get_variable("v", initializer=tf.constant([float(R)] * 2))
+        bcast = hvd.broadcast_global_variables(N - 1)
+        with tf.compat.v1.Session(graph=g) as sess:
+            got = sess.run(outs[::-1])[::-1]
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(bcast)
+            value = sess.run(v)
+    for i, o in enumerate(got):
+        check(o.tolist() == [float(sum(r + i for r in range(N)))] * (3 + i), f"TF1 graph allreduce {i}")
+    check(value.tolist() == [float(N - 1)] * 2, "broadcast_global_variables in a session")
+
+
 def test_process_set():
     if N < 2:
         return
@@ -233,6 +253,7 @@ test_sparse_allreduce()
 test_allgather_broadcast_alltoall_reducescatter()
 test_gradients()
 test_variables_and_objects()
+test_tf1_graph()
 test_process_set()
 hvd.shutdown()
 done(f"tf rank {R} of {N}")
