@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs Horovod's own test/parallel/test_torch.py (or, with --suite
-tensorflow, test_tensorflow.py) against kolo on 2 ranks.
+tensorflow / tensorflow2_keras, test_tensorflow.py / test_tensorflow2_keras.py)
+against kolo on 2 ranks.
 
 Horovod's code is never part of kolo: give this script a Horovod checkout
 (or a bare git directory of one, e.g. the snapshot the `fetch` tool makes);
@@ -87,11 +88,39 @@ TF_SHIM = {
                                   "    return tf.executing_eagerly()\n",
     **{k: v for k, v in SHIM.items() if k.startswith("horovod/runner")},
 }
+# --suite tensorflow2_keras: Horovod's Keras tests under kolo.tensorflow.keras.
+KERAS = "from kolo.tensorflow.keras import *  # noqa: F401,F403\n" \
+        "from kolo.tensorflow.keras import callbacks  # noqa: F401\n"
+KERAS_SHIM = {
+    **TF_SHIM,
+    "horovod/tensorflow/keras/__init__.py": KERAS,
+    "horovod/tensorflow/keras/callbacks.py": "from kolo.tensorflow.keras.callbacks import *  # noqa: F401,F403\n",
+    "horovod/keras/__init__.py": KERAS,
+    "horovod/keras/callbacks.py": "from kolo.tensorflow.keras.callbacks import *  # noqa: F401,F403\n",
+    "horovod/common/__init__.py": "",
+    "horovod/common/util.py": "from packaging import version\n\n"
+                              "def is_version_greater_equal_than(ver, target):\n"
+                              "    return version.parse(ver) >= version.parse(target)\n",
+}
 SUITES = {"torch": (FILES, SHIM, BY_DESIGN, "test_torch.py"),
-          "tensorflow": (TF_FILES, TF_SHIM, BY_DESIGN, "test_tensorflow.py")}
+          "tensorflow": (TF_FILES, TF_SHIM, BY_DESIGN, "test_tensorflow.py"),
+          "tensorflow2_keras": (("test/parallel/test_tensorflow2_keras.py", "test/utils/common.py"),
+                                KERAS_SHIM, BY_DESIGN, "test_tensorflow2_keras.py")}
 # Only where the real package is missing (as in Debian's Python here).
 STUBS = {
     "mock": "from unittest.mock import *  # noqa: F401,F403\n",
+    # parameterized.expand, as one test that runs every parameter set in turn
+    "parameterized": "import functools\n\n"
+                     "class parameterized:\n"
+                     "    @staticmethod\n"
+                     "    def expand(params):\n"
+                     "        def wrap(f):\n"
+                     "            @functools.wraps(f)\n"
+                     "            def run(self):\n"
+                     "                for p in params:\n"
+                     "                    f(self, *(p if isinstance(p, (list, tuple)) else (p,)))\n"
+                     "            return run\n"
+                     "        return wrap\n",
     "cloudpickle": "from pickle import dumps, loads  # noqa: F401\n",
 }
 
