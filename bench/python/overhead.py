@@ -64,6 +64,25 @@ def kolo_bench_us(launch, build, size, inplace):
     return float(re.search(rf"^kolo n=\d+ bytes={size} time_us=([\d.]+)", out, re.M).group(1))
 
 
+def arguments(calls):
+    """The options every overhead benchmark takes (each adds its --python)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--calls", type=int, default=calls)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out")
+    return ap
+
+
+def report(lines, out):
+    """Prints the result lines and writes them to out (a bench/results file) when given."""
+    print("\n".join(lines), flush=True)
+    if out:
+        with open(out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
 def rank_side(calls, big_iters):
     import torch
     import kolo.torch as hvd
@@ -87,15 +106,10 @@ def rank_side(calls, big_iters):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--np", type=int, default=2)
-    ap.add_argument("--calls", type=int, default=10000)
+    ap = arguments(10000)
     ap.add_argument("--big-iters", type=int, default=20)
-    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--python", default="/usr/bin/python3",
                     help="the Python (and so the torch) of every rank, e.g. a venv of scripts/install-torch.sh")
-    ap.add_argument("--out")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(HERE, "..", "torch"))
     from compare import machine, torch_of  # bench/torch/compare.py
@@ -128,10 +142,7 @@ def main():
              f"kolo-bench allreduce 64 MiB:      {med['kb64']:10.0f} us",
              f"hvd / kolo-bench at 64 MiB:       {med['hvd.allreduce__64MiB'] / med['kb64']:10.3f}",
              f"# rounds: {rounds}"]
-    print("\n".join(lines), flush=True)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    report(lines, a.out)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ kolo-bench and the TF side alternate --reps times; medians of the rounds.
   bench/tensorflow/allreduce_cost.py --python ~/.cache/kolo/venvs/tensorflow-2.21.0/bin/python \
       [--build build] [--np 2] [--calls 2000] [--reps 3] [--out FILE]
 """
-import argparse
 import os
 import re
 import statistics
@@ -23,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "torch"))
 from compare import machine  # noqa: E402  (bench/torch/compare.py)
-from overhead import kolo_bench_us, launcher, print_cases, timed  # noqa: E402  (bench/python/overhead.py)
+from overhead import arguments, kolo_bench_us, launcher, print_cases, report, timed  # noqa: E402  (bench/python/overhead.py)
 
 SIZES = {"8B": 8, "1MiB": 1 << 20, "64MiB": 64 << 20}
 
@@ -65,14 +64,9 @@ def rank_side(calls):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--np", type=int, default=2)
-    ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--reps", type=int, default=3)
+    ap = arguments(2000)
     ap.add_argument("--python", required=True, help="a Python with tensorflow (scripts/install-tensorflow.sh)")
     ap.add_argument("--machine", default=None, help="how to name the machine in the output")
-    ap.add_argument("--out")
     a = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=os.path.abspath(os.path.join(a.build, "python")))
@@ -98,10 +92,7 @@ def main():
         lines.append(f"hvd.allreduce {name:>5} eager / kolo-bench: {med['size_' + name]:10.1f} / "
                      f"{med['kolo-bench_' + name]:10.1f} us")
     lines.append(f"# rounds: {rounds}")
-    print("\n".join(lines), flush=True)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    report(lines, a.out)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,9 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(HERE, "..", "torch"))
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))
     from compare import machine  # bench/torch/compare.py
+    from overhead import report  # bench/python/overhead.py
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.path.abspath(os.path.join(a.build, "python")))
     me = [a.python, os.path.abspath(__file__), "--rank-side"]
 
@@ -189,10 +191,7 @@ def main():
     for kind, (k, m, f, runs) in rows.items():
         lines.append(f"{kind:5}  {k:14.1f}  {m:14.1f}  {k / m:9.2f}  {f:23.1f}")
     lines.append(f"# rounds (kolo, MWMS, kolo model.fit): { {kind: r[3] for kind, r in rows.items()} }")
-    print("\n".join(lines), flush=True)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    report(lines, a.out)
 
 
 if __name__ == "__main__":
