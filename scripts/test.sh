@@ -9,7 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 TORCH2_PYTHON=$(scripts/install-torch.sh)
-scripts/build.sh -DKOLO_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_TORCH2_PYTHON="$TORCH2_PYTHON"
+# kolo.tensorflow's tests (tensorflow.*) run under PyPI's TensorFlow 2.x with Keras 3.
+TF_PYTHON=$(scripts/install-tensorflow.sh)
+scripts/build.sh -DKOLO_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_TORCH2_PYTHON="$TORCH2_PYTHON" \
+  -DKOLO_TF_PYTHON="$TF_PYTHON"
 BUILD=${KOLO_BUILD_DIR:-build}
 cd "$BUILD"
 # Two tests at a time (KOLO_TEST_JOBS): many spend most of their time waiting

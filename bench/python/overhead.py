@@ -24,6 +24,65 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BIG = 64 << 20
 
 
+def timed(fn, n):
+    """fn's duration in ns, n times."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append(time.perf_counter_ns() - t0)
+    return out
+
+
+def print_cases(results):
+    """One parseable line per case: median and 10th/90th percentiles in us."""
+    for name, t in results.items():
+        t = sorted(t)
+        q = lambda f: t[min(len(t) - 1, int(f * len(t)))] / 1000  # noqa: E731
+        print(f"case={name.replace(' ', '_')} n={len(t)} median_us={statistics.median(t) / 1000:.3f} "
+              f"p10_us={q(0.1):.3f} p90_us={q(0.9):.3f}", flush=True)
+
+
+def launcher(build, np, env):
+    """launch(cmd) -> output of cmd on np ranks under build's kolorun; exits on failure."""
+    kolorun = os.path.join(build, "tools", "kolorun", "kolorun")
+
+    def launch(cmd):
+        p = subprocess.run([kolorun, "-np", str(np), "--no-tag-output", *cmd], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}")
+        return p.stdout
+    return launch
+
+
+def kolo_bench_us(launch, build, size, inplace):
+    """kolo-bench's mean time of one f32 sum allreduce of size bytes."""
+    bench = os.path.join(build, "tools", "kolo-bench", "kolo-bench")
+    out = launch([bench, "-c", "allreduce", "--sizes", str(size), "-d", "f32", "-o", "sum",
+                  *(["--inplace"] if inplace else []), "--anchor-format"])
+    return float(re.search(rf"^kolo n=\d+ bytes={size} time_us=([\d.]+)", out, re.M).group(1))
+
+
+def arguments(calls):
+    """The options every overhead benchmark takes (each adds its --python)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--calls", type=int, default=calls)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out")
+    return ap
+
+
+def report(lines, out):
+    """Prints the result lines and writes them to out (a bench/results file) when given."""
+    print("\n".join(lines), flush=True)
+    if out:
+        with open(out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
 def rank_side(calls, big_iters):
     import torch
     import kolo.torch as hvd
@@ -31,14 +90,6 @@ def rank_side(calls, big_iters):
 
     hvd.init()
     torch.set_num_threads(1)
-
-    def timed(fn, n):
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter_ns()
-            fn()
-            out.append(time.perf_counter_ns() - t0)
-        return out
 
     one = torch.ones(1)
     comm, ptr = basics.comm(), one.data_ptr()
@@ -51,41 +102,24 @@ def rank_side(calls, big_iters):
     hvd.allreduce_(big, op=hvd.Sum)
     results["hvd.allreduce_ 64MiB"] = sorted(timed(lambda: hvd.allreduce_(big, op=hvd.Sum), big_iters))
     if hvd.rank() == 0:
-        for name, t in results.items():
-            q = lambda f: t[min(len(t) - 1, int(f * len(t)))] / 1000  # noqa: E731
-            print(f"case={name.replace(' ', '_')} n={len(t)} median_us={statistics.median(t) / 1000:.3f} "
-                  f"p10_us={q(0.1):.3f} p90_us={q(0.9):.3f}", flush=True)
+        print_cases(results)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--np", type=int, default=2)
-    ap.add_argument("--calls", type=int, default=10000)
+    ap = arguments(10000)
     ap.add_argument("--big-iters", type=int, default=20)
-    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--python", default="/usr/bin/python3",
                     help="the Python (and so the torch) of every rank, e.g. a venv of scripts/install-torch.sh")
-    ap.add_argument("--out")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(HERE, "..", "torch"))
     from compare import machine, torch_of  # bench/torch/compare.py
-    kolorun = os.path.join(a.build, "tools", "kolorun", "kolorun")
-    bench = os.path.join(a.build, "tools", "kolo-bench", "kolo-bench")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                PYTHONPATH=os.path.abspath(os.path.join(a.build, "python")) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
-    def launch(cmd):
-        p = subprocess.run([kolorun, "-np", str(a.np), "--no-tag-output", *cmd], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if p.returncode != 0:
-            sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}")
-        return p.stdout
+    launch = launcher(a.build, a.np, env)
 
     def kolo_bench(size):
-        out = launch([bench, "-c", "allreduce", "--sizes", str(size), "-d", "f32", "-o", "sum",
-                      "--inplace", "--anchor-format"])
-        return float(re.search(rf"^kolo n=\d+ bytes={size} time_us=([\d.]+)", out, re.M).group(1))
+        return kolo_bench_us(launch, a.build, size, inplace=True)
 
     def python_side():
         out = launch([a.python, os.path.abspath(__file__), "--rank-side", str(a.calls),
@@ -108,10 +142,7 @@ def main():
              f"kolo-bench allreduce 64 MiB:      {med['kb64']:10.0f} us",
              f"hvd / kolo-bench at 64 MiB:       {med['hvd.allreduce__64MiB'] / med['kb64']:10.3f}",
              f"# rounds: {rounds}"]
-    print("\n".join(lines), flush=True)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    report(lines, a.out)
 
 
 if __name__ == "__main__":

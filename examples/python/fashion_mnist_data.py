@@ -8,8 +8,6 @@ import gzip
 import os
 
 import numpy as np
-import torch
-import torch.utils.data
 
 DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # of the training images
@@ -29,6 +27,8 @@ def read_idx(path, magic, header):
 
 def dataset(data_dir, split):
     """split "train" (60,000 images) or "t10k" (10,000): normalised 1x28x28 images and labels."""
+    import torch  # here, not above: the TensorFlow examples use read_idx without torch
+    import torch.utils.data
     images = read_idx(os.path.join(data_dir, f"{split}-images-idx3-ubyte.gz"), 2051, 16)
     labels = read_idx(os.path.join(data_dir, f"{split}-labels-idx1-ubyte.gz"), 2049, 8)
     x = (torch.from_numpy(images.reshape(-1, 1, 28, 28).astype(np.float32)) / 255.0 - MEAN) / STD

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Runs Horovod's own test/parallel/test_torch.py against kolo on 2 ranks.
+"""Runs Horovod's own test/parallel/test_torch.py (or, with --suite
+tensorflow / tensorflow2_keras, test_tensorflow.py / test_tensorflow2_keras.py)
+against kolo on 2 ranks.
 
 Horovod's code is never part of kolo: give this script a Horovod checkout
 (or a bare git directory of one, e.g. the snapshot the `fetch` tool makes);
@@ -8,6 +10,8 @@ test/utils/common.py, plus a `horovod.torch` shim that is kolo.torch:
 
     horovod/torch/__init__.py:   from kolo.torch import *
                                  from kolo.torch import collectives as mpi_ops
+    horovod/tensorflow/__init__.py:   from kolo.tensorflow import *  (--suite tensorflow,
+                                      under a Python with TF: scripts/install-tensorflow.sh)
 
 Modes (both by default):
   file      one kolorun job runs the whole file, as `horovodrun` runs it:
@@ -70,16 +74,60 @@ BY_DESIGN = {
     # goes on waiting, so rank 1 leaves the test while rank 0 is still in join()
     "test_horovod_join_allreduce": "join() mirrors only DistributedOptimizer steps",
 }
+# --suite tensorflow: Horovod's TF tests under kolo.tensorflow (run with the
+# TensorFlow environment's python: scripts/install-tensorflow.sh).
+TF_FILES = ("test/parallel/test_tensorflow.py", "test/parallel/base_test_tensorflow.py",
+            "test/utils/common.py")
+TF_SHIM = {
+    "horovod/__init__.py": "",
+    "horovod/tensorflow/__init__.py": "from kolo.tensorflow import *  # noqa: F401,F403\n"
+                                      "from horovod.tensorflow import util  # noqa: F401\n"
+                                      "from horovod.tensorflow.util import _executing_eagerly  # noqa: F401\n",
+    "horovod/tensorflow/util.py": "import tensorflow as tf\n\n"
+                                  "def _executing_eagerly():\n"
+                                  "    return tf.executing_eagerly()\n",
+    **{k: v for k, v in SHIM.items() if k.startswith("horovod/runner")},
+}
+# --suite tensorflow2_keras: Horovod's Keras tests under kolo.tensorflow.keras.
+KERAS = "from kolo.tensorflow.keras import *  # noqa: F401,F403\n" \
+        "from kolo.tensorflow.keras import callbacks  # noqa: F401\n"
+KERAS_SHIM = {
+    **TF_SHIM,
+    "horovod/tensorflow/keras/__init__.py": KERAS,
+    "horovod/tensorflow/keras/callbacks.py": "from kolo.tensorflow.keras.callbacks import *  # noqa: F401,F403\n",
+    "horovod/keras/__init__.py": KERAS,
+    "horovod/keras/callbacks.py": "from kolo.tensorflow.keras.callbacks import *  # noqa: F401,F403\n",
+    "horovod/common/__init__.py": "",
+    "horovod/common/util.py": "from packaging import version\n\n"
+                              "def is_version_greater_equal_than(ver, target):\n"
+                              "    return version.parse(ver) >= version.parse(target)\n",
+}
+SUITES = {"torch": (FILES, SHIM, BY_DESIGN, "test_torch.py"),
+          "tensorflow": (TF_FILES, TF_SHIM, BY_DESIGN, "test_tensorflow.py"),
+          "tensorflow2_keras": (("test/parallel/test_tensorflow2_keras.py", "test/utils/common.py"),
+                                KERAS_SHIM, BY_DESIGN, "test_tensorflow2_keras.py")}
 # Only where the real package is missing (as in Debian's Python here).
 STUBS = {
     "mock": "from unittest.mock import *  # noqa: F401,F403\n",
+    # parameterized.expand, as one test that runs every parameter set in turn
+    "parameterized": "import functools\n\n"
+                     "class parameterized:\n"
+                     "    @staticmethod\n"
+                     "    def expand(params):\n"
+                     "        def wrap(f):\n"
+                     "            @functools.wraps(f)\n"
+                     "            def run(self):\n"
+                     "                for p in params:\n"
+                     "                    f(self, *(p if isinstance(p, (list, tuple)) else (p,)))\n"
+                     "            return run\n"
+                     "        return wrap\n",
     "cloudpickle": "from pickle import dumps, loads  # noqa: F401\n",
 }
 
 
-def copy_tests(horovod, dest):
-    """test_torch.py and common.py from a checkout or a (bare) git directory."""
-    for rel in FILES:
+def copy_tests(horovod, dest, files):
+    """The suite's files from a checkout or a (bare) git directory."""
+    for rel in files:
         out = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         src = os.path.join(horovod, rel)
@@ -95,8 +143,8 @@ def copy_tests(horovod, dest):
             f.write(show.stdout)
 
 
-def make_shim(python, dest):
-    for rel, text in SHIM.items():
+def make_shim(python, dest, shim):
+    for rel, text in shim.items():
         path = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
@@ -148,18 +196,19 @@ def run_job(args, env, workdir, tests, tag):
     return result, proc
 
 
-def summary(label, result, started):
+def summary(label, result, started, by_design):
     counts = {k: sum(v == k for v in result.values()) for k in ("passed", "failed", "skipped")}
     print(f"{label}: {counts['passed']} passed, {counts['failed']} failed, "
           f"{counts['skipped']} skipped ({time.time() - started:.0f} s)", flush=True)
     for name in sorted(n for n, v in result.items() if v == "failed"):
-        print(f"  FAILED {name}" + (f"  (by design: {BY_DESIGN[name]})" if name in BY_DESIGN else ""))
+        print(f"  FAILED {name}" + (f"  (by design: {by_design[name]})" if name in by_design else ""))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("horovod", help="a Horovod checkout, or a (bare) git directory of one")
     ap.add_argument("--mode", choices=("file", "per-test", "both"), default="both")
+    ap.add_argument("--suite", choices=sorted(SUITES), default="torch")
     ap.add_argument("-k", default=None, help="pytest -k expression selecting tests")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--gloo", action="store_true", help="HOROVOD_RANK/SIZE instead of PMI_RANK/SIZE")
@@ -171,18 +220,19 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, XML)")
     args = ap.parse_args()
 
+    files, shim_files, by_design, test_file = SUITES[args.suite]
     workdir = tempfile.mkdtemp(prefix="kolo-horovod-tests-")
     try:
-        copy_tests(args.horovod, workdir)
+        copy_tests(args.horovod, workdir, files)
         shim = os.path.join(workdir, "shim")
-        make_shim(args.python, shim)
+        make_shim(args.python, shim, shim_files)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([shim, args.pythonpath] +
                                             ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         selector = ["-k", args.k] if args.k else []
         listing = subprocess.run([args.python, "-m", "pytest", "--collect-only", "-q",
-                                  "-p", "no:cacheprovider", *selector, "test_torch.py"],
+                                  "-p", "no:cacheprovider", *selector, test_file],
                                  env=env, cwd=os.path.join(workdir, "test", "parallel"),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         tests = [line.strip() for line in listing.stdout.splitlines() if "::" in line]
@@ -191,19 +241,19 @@ def main():
         print(f"{len(tests)} tests, {args.np} ranks, {args.python}; work directory {workdir}", flush=True)
         if args.mode in ("file", "both"):
             started = time.time()
-            apart = [t for t in tests if t.split("::")[-1] in BY_DESIGN]
+            apart = [t for t in tests if t.split("::")[-1] in by_design]
             result, proc = run_job(args, env, workdir, [t for t in tests if t not in apart], "file")
             for i, t in enumerate(apart):
                 result.update(run_job(args, env, workdir, [t], f"apart{i}")[0])
             summary(f"one file (kolorun exit {proc.returncode}; the by-design tests in jobs of their own)",
-                    result, started)
+                    result, started, by_design)
         if args.mode in ("per-test", "both"):
             started = time.time()
             result = {}
             for i, t in enumerate(tests):
                 r, _ = run_job(args, env, workdir, [t], f"test{i:03d}")
                 result.update(r)
-            summary("one test per job", result, started)
+            summary("one test per job", result, started, by_design)
         if args.keep:
             print(f"logs and XML kept in {workdir}")
     finally:

@@ -6,6 +6,9 @@ CPU tensors only; no Adasum. Process sets (kolo/process_sets.py) are
 Horovod's, each a kolo sub-communicator.
 """
 from kolo._C import Error as KoloError
+from kolo.build_info import (  # noqa: F401
+    mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built, nccl_built,
+    ddl_built, ccl_built, cuda_built, rocm_built)
 from kolo.basics import (init, shutdown, is_initialized, rank, size, local_rank, local_size,
                          cross_rank, cross_size, start_timeline, stop_timeline)
 from kolo.process_sets import (ProcessSet, add_process_set, remove_process_set,
@@ -30,44 +33,4 @@ from . import process_group  # noqa: E402,F401
 
 # Horovod's exception for a failed collective; kolo raises kolo.KoloError.
 HorovodInternalError = KoloError
-
-
-def mpi_threads_supported():
-    return False
-
-
-def mpi_enabled():
-    return False
-
-
-def mpi_built():
-    return False
-
-
-def gloo_enabled():
-    return False
-
-
-def gloo_built():
-    return False
-
-
-def nccl_built():
-    return 0
-
-
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
-
-
-def cuda_built():
-    return False
-
-
-def rocm_built():
-    return False
 

@@ -14,20 +14,12 @@ import numbers
 
 import torch
 
-from kolo import _C, handles
+from kolo import _C, descriptions, handles
 from kolo.basics import comm, error
 from kolo.process_sets import root_in_scope, with_process_set
+from kolo.reduce_ops import resolve_op
 from kolo.torch import alltoallv, dtypes
 from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, reduce_plan
-
-
-def resolve_op(what, average, op, default=Average):
-    """Horovod's deprecated ``average`` flag and ``op`` (None means Average)."""
-    if average is not None:
-        if op is not None:
-            raise ValueError(error(what, "pass either average= (deprecated) or op=, not both"))
-        return Average if average else Sum
-    return default if op is None else op
 
 
 def _scale(what, t, factor, kind):
@@ -161,47 +153,21 @@ def _grouped(hs):
 
 
 # ---- allgather ---------------------------------------------------------------------
-_MAX_DIMS = 8
 _DTYPE_INDEX = {d: i for i, d in enumerate(
     [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
      torch.uint8, torch.int8, torch.int16, torch.bool])}
 _INDEX_DTYPE = {i: d for d, i in _DTYPE_INDEX.items()}
 
 
-def _describe(t, extra=()):
-    """[dtype, ndim, dims (the tail folded into the last of 8)] + extra, as i64."""
-    dims = list(t.shape)
-    if len(dims) > _MAX_DIMS:
-        tail = 1
-        for d in dims[_MAX_DIMS - 1:]:
-            tail *= d
-        dims = dims[:_MAX_DIMS - 1] + [tail]
-    dims += [0] * (_MAX_DIMS - len(dims))
-    return [_DTYPE_INDEX[t.dtype], t.dim()] + dims + list(extra)
-
-
 def _gather_descriptions(what, t, extra=()):
-    """Every rank's description of t; checks dtype and the shape beyond dim 0.
-
-    Raises the same error on every rank when they disagree (every rank sees the
-    whole table): kolo.Error, a RuntimeError, as Horovod's HorovodInternalError."""
+    """Every rank's description of t (kolo/descriptions.py); checks dtype and the
+    shape beyond dim 0 — the same error on every rank when they disagree:
+    kolo.Error, a RuntimeError, as Horovod's HorovodInternalError."""
     c = comm()
-    mine = torch.tensor(_describe(t, extra), dtype=torch.int64)
+    mine = torch.tensor(descriptions.describe(_DTYPE_INDEX[t.dtype], t.shape, extra), dtype=torch.int64)
     table = torch.empty(c.size(), mine.numel(), dtype=torch.int64)
     c.allgather(mine.data_ptr(), table.data_ptr(), mine.numel(), _C.I64)
-    rows = table.tolist()
-    for r, row in enumerate(rows):
-        if row[0] != rows[0][0]:
-            raise _C.Error(error(what, f"ranks disagree on the dtype: rank 0 has "
-                                  f"{_INDEX_DTYPE[rows[0][0]]}, rank {r} has {_INDEX_DTYPE[row[0]]}"))
-        if row[1] != rows[0][1] or row[3:2 + _MAX_DIMS] != rows[0][3:2 + _MAX_DIMS]:
-            raise _C.Error(error(what, "ranks disagree on the shape beyond the first dimension: "
-                                   f"rank 0 has {_shape(rows[0])}, rank {r} has {_shape(row)}"))
-    return rows
-
-
-def _shape(row):
-    return tuple(row[2:2 + min(row[1], _MAX_DIMS)])
+    return descriptions.check_rows(what, table.tolist(), lambda i: _INDEX_DTYPE[i])
 
 
 def _allgather_start(what, tensor, name, blocking):
@@ -313,7 +279,7 @@ def _alltoall_start(what, tensor, splits, name, blocking):
     t = tensor.reshape(1) if tensor.dim() == 0 else tensor
     s = _splits_list(what, t, splits, n)
     rows = _gather_descriptions(what, t, s)
-    matrix = [row[2 + _MAX_DIMS:] for row in rows]  # matrix[src][dst]
+    matrix = [descriptions.extra_of(row) for row in rows]  # matrix[src][dst]
     recv_rows = [matrix[src][me] for src in range(n)]
     biggest = max(max(r) for r in matrix)
     equal = all(x == biggest for r in matrix for x in r)

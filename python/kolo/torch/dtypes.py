@@ -17,6 +17,9 @@ import torch
 
 from kolo import _C
 from kolo.basics import error
+# One home for the ops (kolo.tensorflow shares them); re-exported here.
+from kolo.reduce_ops import (ReduceOp, Sum, Average, Min, Max, Product, Adasum,  # noqa: F401
+                             op_code)
 
 _NATIVE = {
     torch.float32: _C.F32, torch.float64: _C.F64, torch.float16: _C.F16,
@@ -24,42 +27,6 @@ _NATIVE = {
 }
 _WIDENED = {torch.int8: torch.int32, torch.int16: torch.int32}
 SUPPORTED = ("float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool")
-
-
-class ReduceOp(int):
-    """Horovod's reduction ops (hvd.Average, hvd.Sum, ...), kolo's op codes."""
-    _names = {}
-
-    def __new__(cls, code, name):
-        o = super().__new__(cls, code)
-        cls._names[code] = name
-        return o
-
-    def __repr__(self):
-        return self._names[int(self)]
-
-    __str__ = __repr__
-
-
-Sum = ReduceOp(_C.SUM, "Sum")
-Average = ReduceOp(_C.AVERAGE, "Average")
-Min = ReduceOp(_C.MIN, "Min")
-Max = ReduceOp(_C.MAX, "Max")
-Product = ReduceOp(_C.PRODUCT, "Product")
-Adasum = ReduceOp(-1, "Adasum")  # no kolo counterpart: passing it is an error
-
-
-def op_code(what, op):
-    if op is Adasum:  # by design (README): NotImplementedError, a RuntimeError as Horovod's
-        raise NotImplementedError(error(what, "op Adasum is not supported by kolo; "
-                                        "use Average, Sum, Min, Max or Product"))
-    try:
-        code = int(op)
-    except (TypeError, ValueError):
-        code = -1
-    if code < 0 or code not in ReduceOp._names:
-        raise ValueError(error(what, f"op {op!r} is not supported (Average, Sum, Min, Max, Product)"))
-    return code
 
 
 def check_tensor(what, t, name=None):

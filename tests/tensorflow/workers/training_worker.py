@@ -1,0 +1,180 @@
+"""Data-parallel training with kolo.tensorflow gives the weights of a
+single-process run over the concatenated batch (computed here with plain
+TensorFlow, no kolo): DistributedGradientTape eagerly and in tf.function,
+fp16 compression (close), the legacy tf.compat.v1 optimizer, Keras 3
+model.fit with DistributedOptimizer and the callbacks, and join() with
+uneven steps. Run under kolorun (any -np)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from tfcommon import check, done  # noqa: E402
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import kolo.tensorflow as hvd  # noqa: E402
+import kolo.tensorflow.keras as hvdk  # noqa: E402
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+B, STEPS, LR = 4, 4, 0.05
+rng = np.random.RandomState(0)
+X = rng.randn(STEPS * B * N, 8).astype(np.float32)
+Y = rng.randn(STEPS * B * N, 3).astype(np.float32)
+
+
+def model(seed):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"),
+                             keras.layers.Dense(3)])
+
+
+def loss_of(m, x, y):
+    return tf.reduce_mean(tf.square(m(x) - y))
+
+
+def close(m, ref, tol, what):
+    diffs = [float(np.max(np.abs(a - b))) for a, b in zip(m.get_weights(), ref.get_weights())]
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(ref.get_weights(), model(100).get_weights()))
+    check(moved > 1e-3, f"{what}: the reference did not train")
+    check(max(diffs) < tol, f"{what}: weights differ from the single-process run by {max(diffs)}")
+
+
+def local_rows(step, r=R):
+    lo = (step * N + r) * B
+    return X[lo:lo + B], Y[lo:lo + B]
+
+
+def global_rows(step, ranks=None):
+    ranks = range(N) if ranks is None else ranks
+    rows = [local_rows(step, r) for r in ranks]
+    return np.concatenate([x for x, _ in rows]), np.concatenate([y for _, y in rows])
+
+
+def reference_sgd(steps_of_ranks):
+    """Plain TF on one process: step k uses the rows of the ranks in steps_of_ranks[k]."""
+    ref = model(100)
+    opt = keras.optimizers.SGD(LR, momentum=0.9)
+    for k, ranks in enumerate(steps_of_ranks):
+        x, y = global_rows(k, ranks)
+        with tf.GradientTape() as tape:
+            loss = loss_of(ref, x, y)
+        opt.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
+    return ref
+
+
+def test_tape(traced, compression, tol):
+    m = model(100 + R)  # every rank starts elsewhere; rank 0's weights win the broadcast
+    hvd.broadcast_variables(m.variables, root_rank=0)
+    opt = keras.optimizers.SGD(LR, momentum=0.9)
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_of(m, x, y)
+        tape = hvd.DistributedGradientTape(tape, compression=compression)
+        grads = tape.gradient(loss, m.trainable_variables)
+        opt.apply_gradients(zip(grads, m.trainable_variables))
+    step = tf.function(step) if traced else step
+    for k in range(STEPS):
+        step(*local_rows(k))
+    close(m, reference_sgd([None] * STEPS), tol, f"tape traced={traced} {compression.__name__}")
+
+
+def test_legacy_optimizer():
+    """TF1-style optimizers take tf.Variables (not Keras 3's): a linear model."""
+    def train(distributed):
+        w = tf.Variable(np.ones((8, 3), np.float32) * 0.1)
+        b = tf.Variable(np.zeros(3, np.float32))
+        opt = tf.compat.v1.train.MomentumOptimizer(LR, momentum=0.9)
+        opt = hvd.DistributedOptimizer(opt) if distributed else opt
+        for k in range(STEPS):
+            x, y = local_rows(k) if distributed else global_rows(k)
+            opt.minimize(lambda: tf.reduce_mean(tf.square(x @ w + b - y)), var_list=[w, b])
+        return np.concatenate([w.numpy().ravel(), b.numpy()])
+    got, want = train(True), train(False)
+    check(np.max(np.abs(want - 0.1 * (want.size > 0))) > 1e-3, "legacy: the reference trained")
+    check(np.max(np.abs(got - want)) < 1e-5, f"tf.compat.v1 DistributedOptimizer: differs by "
+          f"{np.max(np.abs(got - want))}")
+
+
+class Recorder(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.losses, self.lrs = [], []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.losses.append(float(logs["loss"]))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.lrs.append(float(np.asarray(self.model.optimizer.learning_rate)))
+
+
+def test_keras_fit():
+    epochs = 2
+    ds = tf.data.Dataset.from_tensor_slices((X, Y))
+    m = model(100 + R)
+    m.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=0.9)), loss="mse")
+    local, averaged = Recorder(), Recorder()
+    m.fit(ds.shard(N, R).batch(B), epochs=epochs, verbose=0,
+          callbacks=[hvdk.callbacks.BroadcastGlobalVariablesCallback(0), local,
+                     hvdk.callbacks.MetricAverageCallback(), averaged])
+    ref = model(100)
+    ref.compile(optimizer=keras.optimizers.SGD(LR, momentum=0.9), loss="mse")
+    # shard(N, R) gives rank R the elements R, R+N, ...: each step's union is
+    # the next B*N elements in order, the single process's batch.
+    ref.fit(ds.batch(B * N), epochs=epochs, verbose=0)
+    close(m, ref, 1e-5, "keras model.fit with DistributedOptimizer")
+    every = hvd.allgather_object(local.losses)
+    want = [sum(e[i] for e in every) / N for i in range(epochs)]
+    check(np.allclose(averaged.losses, want, rtol=1e-6), f"MetricAverageCallback {averaged.losses} "
+          f"vs {want}")
+
+
+def test_lr_callbacks():
+    ds = tf.data.Dataset.from_tensor_slices((X, Y)).shard(N, R).batch(B)
+    m = model(100)
+    m.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(LR)), loss="mse")
+    rec = Recorder()
+    m.fit(ds, epochs=3, verbose=0, callbacks=[
+        hvdk.callbacks.LearningRateWarmupCallback(initial_lr=LR, warmup_epochs=2), rec])
+    want = [LR / N * ((e + b / STEPS) * (N - 1) / 2 + 1) for e in range(2) for b in range(STEPS)]
+    check(np.allclose(rec.lrs[:2 * STEPS], want, rtol=1e-5), f"warmup {rec.lrs} vs {want}")
+    check(np.allclose(rec.lrs[2 * STEPS:], LR, rtol=1e-6), f"after the warmup: {rec.lrs}")
+    rec = Recorder()
+    m.fit(ds, epochs=3, verbose=0, callbacks=[
+        hvdk.callbacks.LearningRateScheduleCallback(LR, multiplier=lambda e: 0.5 ** e, start_epoch=1),
+        rec])
+    # epoch 0 (before start_epoch) keeps the rate the warmup left; then LR * 0.5^epoch
+    check(np.allclose(rec.lrs[STEPS:], [LR * 0.5 ** e for e in (1, 2) for _ in range(STEPS)]),
+          f"schedule {rec.lrs}")
+
+
+def test_join():
+    """Rank r takes 2 + r steps, then joins: each step averages over the
+    ranks still stepping; a rank's weights are the reference's after its steps."""
+    m = model(100)
+    opt = keras.optimizers.SGD(LR, momentum=0.9)
+    mine = 2 + R
+    for k in range(mine):
+        x, y = local_rows(k)
+        with tf.GradientTape() as tape:
+            loss = loss_of(m, x, y)
+        grads = hvd.DistributedGradientTape(tape).gradient(loss, m.trainable_variables)
+        opt.apply_gradients(zip(grads, m.trainable_variables))
+    last = int(hvd.join())
+    check(last == N - 1, f"join returned {last}, expected the last rank {N - 1}")
+    ref = reference_sgd([[r for r in range(N) if 2 + r > k] for k in range(mine)])
+    close(m, ref, 1e-5, "join with uneven steps")
+
+
+test_tape(False, hvd.Compression.none, 1e-5)
+test_tape(True, hvd.Compression.none, 1e-5)
+test_tape(True, hvd.Compression.fp16, 1e-2)
+test_legacy_optimizer()
+test_keras_fit()
+test_lr_callbacks()
+test_join()
+hvd.shutdown()
+done(f"tf-training rank {R} of {N}")
