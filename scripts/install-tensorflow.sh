@@ -10,17 +10,8 @@ set -euo pipefail
 VERSION=${1:-${KOLO_TF_VERSION:-2.21.0}}
 ROOT=${KOLO_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/kolo/venvs}
 VENV=$ROOT/tensorflow-$VERSION
-# Written last: a half-finished environment (a killed pip) is made anew.
-DONE=$VENV/.kolo-installed
-
-if [ ! -f "$DONE" ]; then
-  echo "install-tensorflow: tensorflow-cpu $VERSION from PyPI into $VENV (once per machine)" >&2
-  rm -rf "$VENV"
-  mkdir -p "$ROOT"
-  /usr/bin/python3 -m venv "$VENV"
-  # pip's progress bars would fill CI's log: quiet, but errors still show.
-  "$VENV/bin/pip" install -q --disable-pip-version-check "tensorflow-cpu==$VERSION" pytest >&2
-  "$VENV/bin/python" -c "import tensorflow as tf, keras, sys; assert tf.__version__ == sys.argv[1], tf.__version__" "$VERSION"
-  touch "$DONE"
-fi
+source "$(dirname "$0")/pypi-venv.sh"
+pypi_venv install-tensorflow "$VENV" \
+  "import tensorflow as tf, keras; assert tf.__version__ == '$VERSION', tf.__version__" \
+  "tensorflow-cpu==$VERSION" pytest
 echo "$VENV/bin/python"

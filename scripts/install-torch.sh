@@ -14,21 +14,13 @@ VERSION=${1:-${KOLO_TORCH2_VERSION:-2.15.0}}
 ROOT=${KOLO_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/kolo/venvs}
 VENV=$ROOT/torch-$VERSION
 TRAINERS=("pytorch-lightning==2.6.6" "ray[train,data]==2.60.0")
-# Written last: a half-finished environment (a killed pip) is made anew.
-DONE=$VENV/.kolo-installed
 # Holds the trainers' versions: a changed list is installed into the environment.
 TRAINERS_DONE=$VENV/.kolo-trainers
 
-if [ ! -f "$DONE" ]; then
-  echo "install-torch: torch $VERSION from PyPI into $VENV (once per machine)" >&2
-  rm -rf "$VENV"
-  mkdir -p "$ROOT"
-  /usr/bin/python3 -m venv "$VENV"
-  # pip's progress bars would fill CI's log: quiet, but errors still show.
-  "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$VERSION" numpy pytest >&2
-  "$VENV/bin/python" -c "import torch, sys; assert torch.__version__.split('+')[0] == sys.argv[1], torch.__version__" "$VERSION"
-  touch "$DONE"
-fi
+source "$(dirname "$0")/pypi-venv.sh"
+pypi_venv install-torch "$VENV" \
+  "import torch; assert torch.__version__.split('+')[0] == '$VERSION', torch.__version__" \
+  "torch==$VERSION" numpy pytest
 if [ "$(cat "$TRAINERS_DONE" 2>/dev/null)" != "${TRAINERS[*]}" ]; then
   echo "install-torch: ${TRAINERS[*]} into $VENV" >&2
   "$VENV/bin/pip" install -q --disable-pip-version-check "${TRAINERS[@]}" >&2
