@@ -109,6 +109,8 @@ int Communicator::local_rank() const { return ctx_of(ctx_).local_rank; }
 int Communicator::local_size() const { return ctx_of(ctx_).local_size; }
 int Communicator::cross_rank() const { return ctx_of(ctx_).cross_rank; }
 int Communicator::cross_size() const { return ctx_of(ctx_).cross_size; }
+bool Communicator::failed() const { return ctx_ != nullptr && ctx_->engine.broken(); }
+
 std::string Communicator::transport() const {
   auto& c = ctx_of(ctx_);
   if (!c.backend) fail("this communicator lost its transport after a failure; form a new one with kolo::init()");

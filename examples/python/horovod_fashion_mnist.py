@@ -29,20 +29,26 @@ except ImportError:  # not pip-installed: use the checkout's build (scripts/buil
     import kolo.torch as hvd
 
 
-def parse_args():
-    p = argparse.ArgumentParser(description="kolo (Horovod API) Fashion-MNIST example")
+def common_args(description):
+    """The options this example shares with elastic_fashion_mnist.py."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--batch-size", type=int, default=64, help="input batch size per rank")
     p.add_argument("--test-batch-size", type=int, default=1000)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.025, help="learning rate of one rank")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--fp16-allreduce", action="store_true", help="fp16 compression on the wire")
-    p.add_argument("--gradient-predivide-factor", type=float, default=1.0)
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--checkpoint", default="horovod_fashion_mnist.pt")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training images (smoke tests)")
+    return p
+
+
+def parse_args():
+    p = common_args("kolo (Horovod API) Fashion-MNIST example")
+    p.add_argument("--fp16-allreduce", action="store_true", help="fp16 compression on the wire")
+    p.add_argument("--gradient-predivide-factor", type=float, default=1.0)
+    p.add_argument("--checkpoint", default="horovod_fashion_mnist.pt")
     return p.parse_args()
 
 
@@ -136,15 +142,20 @@ def save_checkpoint(path, model, optimizer, epoch):
     os.replace(tmp, path)
 
 
-def main():
-    args = parse_args()
+def start(args):
+    """hvd.init(), the seed and threads, and the (train, test) datasets."""
     hvd.init()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-
     train_set, test_set = load(args.data_dir, "train"), load(args.data_dir, "t10k")
     if args.limit:
         train_set = torch.utils.data.Subset(train_set, range(min(args.limit, len(train_set))))
+    return train_set, test_set
+
+
+def main():
+    args = parse_args()
+    train_set, test_set = start(args)
     train_sampler = torch.utils.data.distributed.DistributedSampler(
         train_set, num_replicas=hvd.size(), rank=hvd.rank())
     train_loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size,

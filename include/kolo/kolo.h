@@ -91,6 +91,10 @@ class Communicator;
 namespace timeline {
 void start(const Communicator& comm, const std::string& path);
 }
+namespace elastic {
+int generation(const Communicator& comm);
+int latest_generation(const Communicator& comm);
+}
 
 // Communicator::split's color for a rank that joins no subgroup (MPI_UNDEFINED).
 inline constexpr int kUndefined = -1;
@@ -113,6 +117,9 @@ class Communicator {
   // TCP mesh of all ranks) or "hier" (ranks on several hosts: shared memory
   // within a host, TCP between hosts; KOLO_HIERARCHICAL=0 makes it "tcp").
   std::string transport() const;
+  // True once a collective of this communicator has failed (a lost peer, a
+  // timeout): every later call fails; form a new one (init() again).
+  bool failed() const;
 
   // `shape` (allreduce, broadcast, reduce_scatter): see Shape above.
 
@@ -243,6 +250,8 @@ class Communicator {
   Communicator form(const std::vector<int>& members, const std::string& prefix);
   friend Communicator init();
   friend void timeline::start(const Communicator& comm, const std::string& path);
+  friend int elastic::generation(const Communicator& comm);
+  friend int elastic::latest_generation(const Communicator& comm);
   std::shared_ptr<detail::Context> ctx_;
 };
 
@@ -251,6 +260,24 @@ class Communicator {
 // Slurm's; connects to every peer (shared memory with ranks on this host by
 // default, TCP otherwise). Collective over all ranks of the job.
 Communicator init();
+
+// Elastic jobs (kolorun --min-np/--max-np/--host-discovery-script; README
+// "Elastic"): a process has no fixed rank. Each init() joins the newest
+// generation of the job that lists it and forms a communicator among exactly
+// its members; after a peer is lost (a collective fails on every survivor) or
+// when workers are added, the process drops its communicator and calls
+// init() again (Python: kolo.torch.elastic.run does all of it).
+namespace elastic {
+// True when kolorun started this process as an elastic worker (KOLO_WORKER_ID).
+bool enabled();
+// The generation `comm` was formed in; -1 outside an elastic job.
+int generation(const Communicator& comm);
+// The newest generation kolorun has published: greater than generation(comm)
+// once workers were added or lost since `comm` formed. One round trip to the
+// store, not collective (ranks may see a new generation at different times:
+// agree through a broadcast). -1 outside an elastic job.
+int latest_generation(const Communicator& comm);
+}  // namespace elastic
 
 // The timeline: a Chrome-trace JSON file (Perfetto, chrome://tracing) of every
 // collective of every rank, with its phases and the rank each waited for.

@@ -38,6 +38,8 @@ def init(comm=None, process_sets=None):
     if _comm is not None:
         return
     _comm = _C.init()
+    global _serial
+    _serial += 1
     from kolo import process_sets as sets
     sets.init_process_sets(process_sets)
     _line_buffered_under_kolorun()
@@ -55,15 +57,36 @@ def _line_buffered_under_kolorun():
 
 
 def shutdown():
-    """Drops the communicator (after pending operations finish). init() may follow."""
+    """Drops the communicator (after pending operations finish). init() may follow.
+
+    After a failed collective (a lost peer) it returns within seconds and
+    raises nothing: pending operations fail at once, and the timeline's merge
+    waits only briefly for ranks that may be gone (src/engine/timeline_writer.cc)."""
     global _comm
     c, _comm = _comm, None
     if c is not None:
         from kolo import handles, process_sets
         handles.drain()
-        _C.timeline_stop()  # writes the file while the communicator is up (nothing when off)
+        try:
+            _C.timeline_stop()  # writes the file while the communicator is up (nothing when off)
+        except _C.Error:
+            if not c.failed():
+                raise
         process_sets.reset_process_sets()
         c.close()
+
+
+# The end of the text of an error that every rank rejected (src/engine/context.cc):
+# such a communicator remains usable; after any other kolo error it is not.
+REJECTED = "the communicator remains usable"
+
+_serial = 0  # communicators this process has formed (init() calls)
+
+
+def communicator_serial():
+    """Counts init()s: state tied to a communicator (a DistributedOptimizer's
+    half-issued step) compares it to see that the communicator was replaced."""
+    return _serial
 
 
 def start_timeline(file_path, mark_cycles=False):

@@ -127,6 +127,10 @@ PYBIND11_MODULE(_C, m) {
       .def("valid", &kolo::Work::valid);
 
   m.def("init", [] { return kolo::init(); }, Release());
+  // Elastic jobs (kolo/elastic.py): kolo.h's kolo::elastic.
+  m.def("elastic_enabled", [] { return kolo::elastic::enabled(); });
+  m.def("elastic_generation", [](const C& c) { return kolo::elastic::generation(c); });
+  m.def("elastic_latest_generation", [](const C& c) { return kolo::elastic::latest_generation(c); }, Release());
 
   m.def("timeline_start", [](const C& c, const std::string& path) { kolo::timeline::start(c, path); },
         Release());
@@ -147,6 +151,7 @@ PYBIND11_MODULE(_C, m) {
       .def("cross_rank", &C::cross_rank)
       .def("cross_size", &C::cross_size)
       .def("transport", &C::transport)
+      .def("failed", &C::failed)
       .def("valid", &C::valid)
       .def("close", [](C& c) { c = C(); }, Release())
       .def("allreduce",

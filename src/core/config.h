@@ -67,6 +67,9 @@ inline std::int64_t stall_warn_ms() { return env_int("KOLO_STALL_WARN_MS", 60000
 inline std::int64_t peer_timeout_ms() { return env_int("KOLO_PEER_TIMEOUT_MS", 10000); }
 // Longest init() waits for all ranks to arrive at the rendezvous (ms).
 inline std::int64_t rendezvous_timeout_ms() { return env_int("KOLO_RENDEZVOUS_TIMEOUT_MS", 120000); }
+// Elastic jobs (kolorun --min-np): longest init() waits for kolorun to list
+// this worker in a new generation (ms); kolorun --elastic-timeout sets it.
+inline std::int64_t elastic_timeout_ms() { return env_int("KOLO_ELASTIC_TIMEOUT_MS", 600000); }
 
 // Compare every collective's fingerprint across ranks (mismatch detection).
 // Always on; 0 exists only to measure what the check costs (bench/results).

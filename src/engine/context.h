@@ -61,6 +61,7 @@ struct Context {
   std::function<std::unique_ptr<collectives::Backend>(const std::string& prefix)> make_backend;
   std::string job_id;  // the launcher's job id (names shared-memory files)
   std::string launcher;  // which launcher's variables init() read, for the log
+  int elastic_generation = -1;  // the elastic generation it was formed in (rendezvous/elastic.h); -1: none
   // World rank of each rank of a subgroup (Communicator::split); null for the world.
   std::shared_ptr<const std::vector<int>> world;
   int splits = 0;  // subgroups made from this communicator so far: names the next one's keys

@@ -15,6 +15,11 @@ Engine::~Engine() {
   if (worker_.joinable()) worker_.join();
 }
 
+bool Engine::broken() {
+  std::lock_guard lk(mu_);
+  return !broken_.empty();
+}
+
 void Engine::check_usable() {
   if (!broken_.empty())
     throw Error(rank_prefix() + "communicator is unusable after an earlier failure: " + broken_);

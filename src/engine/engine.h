@@ -64,6 +64,9 @@ class Engine {
 
   static void wait(WorkState& s);
 
+  // A collective has failed: every later call fails (the peers may be gone).
+  bool broken();
+
  private:
   void check_usable();  // caller holds mu_
   void finish_inline(std::exception_ptr err);

@@ -277,27 +277,41 @@ std::string straggler_spans(const std::string& tables) {
   return out;
 }
 
+// How long a merge after a failed collective waits for a rank's events (ms).
+constexpr std::int64_t kFailedMergeMs = 2000;
+
 void Session::merge() {
   if (!store) {  // one rank
     write_whole(path, trace_file(events));
     ::unlink(part.c_str());
     return;
   }
-  const rdv::Millis timeout(std::max<std::int64_t>(1, config::timeline_merge_timeout_ms()));
+  rdv::Millis timeout(std::max<std::int64_t>(1, config::timeline_merge_timeout_ms()));
+  // After a failed collective some ranks may be dead (an elastic job then
+  // re-forms and must not wait a minute here): wait briefly for their events.
+  // The others wait twice as long for rank 0's verdict, so that they see it.
+  const bool failed = ctx->engine.broken();
+  if (failed) timeout = std::min(timeout, rdv::Millis(kFailedMergeMs * (rank == 0 ? 1 : 2)));
   if (rank != 0) {
     put_big(fmt::format("{}/events/{}", keys, rank), events);
     put_big(fmt::format("{}/table/{}", keys, rank), table);
-    if (store->get(keys + "/written", timeout) == "ok") ::unlink(part.c_str());
+    try {
+      if (store->get(keys + "/written", timeout) == "ok") ::unlink(part.c_str());
+    } catch (const Error&) {
+      if (!failed) throw;  // rank 0 is gone too: this rank's snapshot file stays
+    }
     store->set(fmt::format("{}/done/{}", keys, rank), "1");
     return;
   }
   std::string all = events, tables = table, missing;
+  std::vector<std::string> done;  // of the ranks that sent their events
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int r = 1; r < size; ++r) {
     try {
       const auto left = std::max(rdv::Millis(1), std::chrono::duration_cast<rdv::Millis>(deadline - std::chrono::steady_clock::now()));
       all += get_big(fmt::format("{}/events/{}", keys, r), left);
       tables += get_big(fmt::format("{}/table/{}", keys, r), rdv::Millis(10000));
+      done.push_back(fmt::format("{}/done/{}", keys, r));
     } catch (const Error&) {
       missing += (missing.empty() ? "" : ", ") + std::to_string(ctx->world_rank(r));
     }
@@ -314,8 +328,6 @@ void Session::merge() {
   store->set(keys + "/written", "ok");
   // The store may live in this process (rank 0 hosts it outside kolorun):
   // let the others read the verdict before it goes.
-  std::vector<std::string> done;
-  for (int r = 1; r < size; ++r) done.push_back(fmt::format("{}/done/{}", keys, r));
   try {
     store->wait(done, rdv::Millis(5000));
   } catch (const Error&) {

@@ -171,7 +171,15 @@ Discovery discover(const Env& env) {
     }
   }
   d.rank0_hosts_store = true;
-  if (chosen == nullptr) {
+  if (chosen == nullptr && var(env, "KOLO_WORKER_ID")) {
+    // An elastic worker: its rank and size come from the store at init().
+    if (!var(env, "KOLO_STORE_ADDR"))
+      fail("rendezvous: KOLO_WORKER_ID is set but KOLO_STORE_ADDR is not (an elastic worker meets kolorun's store)");
+    d.source = "kolo";
+    d.worker_id = *var(env, "KOLO_WORKER_ID");
+    d.local_rank = d.local_size = -1;
+    if (const std::string* id = var(env, "KOLO_JOB_ID")) d.job_id = *id;
+  } else if (chosen == nullptr) {
     d.source = "single";
   } else {
     const Launcher& l = *chosen;

@@ -1,7 +1,8 @@
 // Who am I in this job? Rank, size and the rendezvous address, read from the
 // variables of whichever launcher started the process, in this order:
 //   kolo (kolorun):  KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE,
-//                    KOLO_STORE_ADDR (host:port), KOLO_JOB_ID
+//                    KOLO_STORE_ADDR (host:port), KOLO_JOB_ID; in an elastic
+//                    job KOLO_WORKER_ID instead of the ranks (elastic.h)
 //   torchrun style:  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 //   Open MPI:        OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE
 //   MPICH/Hydra:     PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
@@ -53,6 +54,9 @@ struct Discovery {
   bool rank0_hosts_store = false;  // true unless kolorun hosts it
   std::string job_id;              // unique per job where the launcher gives one
   std::string secret;              // KOLO_SECRET; empty: not given
+  // Elastic (kolorun --min-np): KOLO_WORKER_ID instead of KOLO_RANK/KOLO_SIZE;
+  // init() learns rank and size from the store (rendezvous/elastic.h).
+  std::string worker_id;
 };
 
 // Pure function of the environment (tests pass a map). Throws kolo::Error

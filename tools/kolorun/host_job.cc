@@ -113,7 +113,7 @@ struct RankState {
   std::unique_ptr<OutputSink> sinks[2];
 };
 
-class HostJob {
+class HostJob : public HostJobControl {
  public:
   HostJob(int signal_fd, const HostJobOptions& opts) : signal_fd_(signal_fd), opts_(opts), ranks_(opts.np) {}
   ~HostJob() {
@@ -121,6 +121,10 @@ class HostJob {
     for (int fd : opts_.files) ::close(fd);
   }
   int run(const std::vector<AgentLaunch>& launches);
+
+  void add_host(const AgentLaunch& l) override { start(l); }
+  void drop_host(const std::string& name) override;
+  void end(int code, const std::string& text) override { fail(code, text); }
 
  private:
   void start(const AgentLaunch& l);
@@ -157,6 +161,7 @@ std::size_t HostJob::ranks_running() const {
 }
 
 bool HostJob::finished() const {
+  if (opts_.elastic != nullptr && !stopping_ && !opts_.elastic->finished()) return false;
   for (const auto& a : agents_) {
     if (!a->reaped || a->proc.stdout_pipe >= 0 || a->proc.stderr_pipe >= 0) return false;
   }
@@ -181,6 +186,7 @@ void HostJob::start(const AgentLaunch& l) {
   a->to.push(l.job_frame);
   a->last_heard = Clock::now();
   for (int r : l.host.ranks) {
+    if (r >= static_cast<int>(ranks_.size())) ranks_.resize(r + 1);  // an elastic job's new workers
     RankState& rs = ranks_.at(r);
     rs.agent = a.get();
     for (int s = 0; s < 2; ++s) {
@@ -255,13 +261,36 @@ void HostJob::lose(Agent& a, const std::string& why) {
       if (s) s->finish();
     }
   }
+  if (opts_.elastic != nullptr && !stopping_) {
+    close_agent(a);
+    opts_.elastic->host_lost(a.host.name, still, why);
+    return;
+  }
   fail(1, fmt::format("lost host {} ({}): {}", a.host.name, list_ranks(still), why));
   close_agent(a);
 }
 
+void HostJob::drop_host(const std::string& name) {
+  for (auto& a : agents_) {
+    if (a->host.name != name || a->lost || a->done) continue;
+    a->lost = true;
+    for (int r : a->host.ranks) {
+      ranks_[r].exited = true;
+      for (auto& s : ranks_[r].sinks) {
+        if (s) s->finish();
+      }
+    }
+    close_agent(*a);
+  }
+}
+
 void HostJob::on_rank_exit(Agent& a, int rank, int how, int status) {
-  if (rank < 0 || rank >= opts_.np || ranks_[rank].agent != &a || ranks_[rank].exited) return;
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size()) || ranks_[rank].agent != &a || ranks_[rank].exited) return;
   ranks_[rank].exited = true;
+  if (opts_.elastic != nullptr && !stopping_) {
+    opts_.elastic->rank_exited(rank, a.host.name, how, status);
+    return;
+  }
   if (how == CLD_EXITED && status == 0) return;
   if (exit_code_) return;
   std::string what;
@@ -284,7 +313,8 @@ void HostJob::handle_frame(Agent& a, const Frame& f) {
       const int rank = static_cast<int>(r.u32());
       const int stream = r.u8();
       const std::string_view data = r.rest();
-      if (rank < 0 || rank >= opts_.np || ranks_[rank].agent != &a || (stream != 1 && stream != 2)) return;
+      if (rank < 0 || rank >= static_cast<int>(ranks_.size()) || ranks_[rank].agent != &a || (stream != 1 && stream != 2))
+        return;
       auto& sink = ranks_[rank].sinks[stream - 1];
       if (!sink) return;
       if (data.empty()) {
@@ -430,6 +460,7 @@ void HostJob::on_timers() {
     if (!a->lost && !a->done && a->proc.stdout_pipe >= 0 && now - a->last_heard > seconds(opts_.silence_s))
       lose(*a, fmt::format("nothing came from its agent for {:g} s (the host or its link is down?)", opts_.silence_s));
   }
+  if (opts_.elastic != nullptr && !stopping_) opts_.elastic->tick(*this);
   if (!stopping_ && job_deadline_ && now >= *job_deadline_) {
     exit_code_ = 124;
     say(fmt::format("timeout after {:g} s; stopping {}", opts_.timeout_s, plural(ranks_running(), "rank")));

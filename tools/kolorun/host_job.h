@@ -35,6 +35,33 @@ struct AgentLaunch {
   std::string job_frame;          // the 'J' frame, written to its stdin first
 };
 
+// What an elastic job's driver (elastic_driver.h) may do to a running job.
+class HostJobControl {
+ public:
+  virtual ~HostJobControl() = default;
+  // Starts a host's agent; its ranks' numbers must be new to the job.
+  virtual void add_host(const AgentLaunch& l) = 0;
+  // Ends a host's agent (which SIGKILLs its ranks) without failing the job.
+  virtual void drop_host(const std::string& name) = 0;
+  // Fails the job: says `text`, stops every rank, exits with `code`.
+  virtual void end(int code, const std::string& text) = 0;
+};
+
+// An elastic job: ranks (workers) that end and hosts that are lost are
+// reported here instead of failing the job; the driver decides.
+class HostJobHooks {
+ public:
+  virtual ~HostJobHooks() = default;
+  // how/status: CLD_EXITED and the code, or CLD_KILLED/CLD_DUMPED and the signal.
+  virtual void rank_exited(int rank, const std::string& host, int how, int status) = 0;
+  // `ranks`: those still running there, now gone with it.
+  virtual void host_lost(const std::string& host, const std::vector<int>& ranks, const std::string& why) = 0;
+  // After every wakeup of the job's loop (at least every 250 ms).
+  virtual void tick(HostJobControl& job) = 0;
+  // Nothing more to start or wait for: the job ends when its agents have.
+  virtual bool finished() const = 0;
+};
+
 struct HostJobOptions {
   bool tag_output = true;
   double timeout_s = 0;
@@ -42,6 +69,7 @@ struct HostJobOptions {
   double silence_s = 15;   // a host silent this long is lost
   std::vector<int> files;  // --output-dir: 2 per rank (stdout, stderr), owned; empty: relay
   int np = 0;
+  HostJobHooks* elastic = nullptr;  // not owned; set: an elastic job (np: ranks of the first hosts)
 };
 
 // Starts the agents, runs the job to its end and returns kolorun's exit

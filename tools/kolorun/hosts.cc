@@ -69,19 +69,18 @@ std::vector<HostSlots> parse_host_list(const std::string& list) {
   return hosts;
 }
 
-std::vector<HostSlots> parse_hostfile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw HostListError(fmt::format("cannot read hostfile '{}': {}", path, std::strerror(errno)));
+std::vector<HostSlots> parse_host_lines(std::istream& in, const std::string& source, int default_slots) {
   std::vector<HostSlots> hosts;
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
-    const std::string what = fmt::format("hostfile '{}' line {}", path, lineno);
+    const std::string what = fmt::format("{} line {}", source, lineno);
     if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::istringstream words(line);
     std::string first;
     if (!(words >> first)) continue;  // blank or comment
     HostSlots h = parse_entry(first, what);
     bool slots_seen = first.find(':') != std::string::npos;
+    if (!slots_seen) h.slots = default_slots;
     for (std::string w; words >> w;) {
       if (w.rfind("slots=", 0) == 0 && !slots_seen) {
         h.slots = parse_slots(w.substr(6), what);
@@ -94,6 +93,13 @@ std::vector<HostSlots> parse_hostfile(const std::string& path) {
     }
     hosts.push_back(h);
   }
+  return hosts;
+}
+
+std::vector<HostSlots> parse_hostfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw HostListError(fmt::format("cannot read hostfile '{}': {}", path, std::strerror(errno)));
+  std::vector<HostSlots> hosts = parse_host_lines(in, fmt::format("hostfile '{}'", path), 1);
   if (hosts.empty()) throw HostListError(fmt::format("hostfile '{}' names no host", path));
   return hosts;
 }

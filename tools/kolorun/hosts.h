@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <istream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ class HostListError : public std::runtime_error {
 
 std::vector<HostSlots> parse_host_list(const std::string& list);
 std::vector<HostSlots> parse_hostfile(const std::string& path);
+// Hostfile lines from any stream (a discovery script's output); `source`
+// names it in errors; a bare host gets default_slots. May be empty.
+std::vector<HostSlots> parse_host_lines(std::istream& in, const std::string& source, int default_slots);
 
 int total_slots(const std::vector<HostSlots>& hosts);
 

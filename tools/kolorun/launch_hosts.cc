@@ -26,16 +26,56 @@
 
 namespace kolorun {
 
-namespace {
-
-// How long a silent host is given: longer than the ranks' own peer timeout,
-// so that when a link goes down the ranks report the lost peers themselves
-// (naming them) before kolorun declares the host lost.
 double host_timeout_s(const Options& o) {
   if (o.host_timeout_s > 0) return o.host_timeout_s;
   // 0 turns the ranks' own limit off; the host limit stays at the default's.
   const std::int64_t peer_ms = kolo::config::peer_timeout_ms();
   return (peer_ms > 0 ? static_cast<double>(peer_ms) : 10000.0) / 1000 + 5;
+}
+
+AgentLaunch agent_launch(const Options& o, const AgentBase& base, const HostRanks& h, std::vector<RankEnv> ranks) {
+  JobSpec spec;
+  spec.host = h.name;
+  spec.cwd = base.cwd;
+  spec.argv = o.command;
+  spec.env = kolo_settings();  // job-wide; -x after them, so an explicit -x wins
+  spec.env.insert(spec.env.end(), o.env.begin(), o.env.end());
+  spec.grace_s = o.grace_s;
+  // The agent waits longer than kolorun does: kolorun names the lost host
+  // first, then the agent (if only its link was cut) ends its ranks.
+  spec.silence_ms = static_cast<std::uint32_t>(base.silence_s * 1000) + 2000;
+  spec.ranks = std::move(ranks);
+  AgentLaunch l;
+  l.host = h;
+  l.job_frame = encode_frame('J', encode_job(spec));
+  if (h.local) {
+    l.path = base.self;
+    l.argv = {base.self, kAgentFlag};
+  } else {
+    l.path = resolve_executable(base.rsh.words.front());
+    l.argv = base.rsh.argv(h.name, "exec " + shell_quote(base.self) + " " + kAgentFlag);
+  }
+  return l;
+}
+
+std::optional<JobNetwork> job_network(const Options& o, const std::string& first_remote, double silence_s) {
+  JobNetwork n;
+  try {
+    n.rsh = make_remote_shell(o.rsh, o.ssh_port, o.identity, std::max(1, static_cast<int>(std::ceil(silence_s / 3))));
+    if (!o.network_interface.empty()) {
+      n.advertise = n.bind = interface_address(o.network_interface);
+    } else if (!first_remote.empty()) {
+      n.advertise = route_source_address(first_remote);
+      n.bind = "0.0.0.0";  // the other hosts may route to another of this host's addresses
+    }
+  } catch (const AddressError& e) {
+    say(fmt::format("{}; choose the store's address with --network-interface NAME|CIDR", e.what()));
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    say(e.what());
+    return std::nullopt;
+  }
+  return n;
 }
 
 std::string self_path() {
@@ -44,8 +84,6 @@ std::string self_path() {
   if (ec) throw std::runtime_error("cannot find kolorun's own path: " + ec.message());
   return p.string();
 }
-
-}  // namespace
 
 int run_hosts(const Options& o) {
   const std::vector<HostRanks> hosts = place_ranks(o.hosts, o.np, is_local_host);
@@ -66,25 +104,16 @@ int run_hosts(const Options& o) {
     }
   }
   double silence_s = 0;
-  RemoteShell rsh;
-  std::string advertise = "127.0.0.1", bind = "127.0.0.1";
   try {
     silence_s = host_timeout_s(o);  // a KOLO_PEER_TIMEOUT_MS that is no integer is an error
-    rsh = make_remote_shell(o.rsh, o.ssh_port, o.identity,
-                            std::max(1, static_cast<int>(std::ceil(silence_s / 3))));
-    if (!o.network_interface.empty()) {
-      advertise = bind = interface_address(o.network_interface);
-    } else if (first_remote != nullptr) {
-      advertise = route_source_address(first_remote->name);
-      bind = "0.0.0.0";  // the other hosts may route to another of this host's addresses
-    }
-  } catch (const AddressError& e) {
-    say(fmt::format("{}; choose the store's address with --network-interface NAME|CIDR", e.what()));
-    return 2;
   } catch (const std::exception& e) {
     say(e.what());
     return 2;
   }
+  const auto net = job_network(o, first_remote != nullptr ? first_remote->name : "", silence_s);
+  if (!net) return 2;
+  const RemoteShell& rsh = net->rsh;
+  const std::string &advertise = net->advertise, &bind = net->bind;
 
   // Every remote host answers before anything starts, checked all at once.
   std::vector<std::string> remote;
@@ -125,33 +154,14 @@ int run_hosts(const Options& o) {
     say("cannot read the working directory");
     return 1;
   }
+  const AgentBase base{rsh, self, cwd, silence_s};
   std::vector<AgentLaunch> launches;
   for (const auto& h : hosts) {
-    JobSpec spec;
-    spec.host = h.name;
-    spec.cwd = cwd;
-    spec.argv = o.command;
-    spec.env = kolo_settings();  // job-wide; -x after them, so an explicit -x wins
-    spec.env.insert(spec.env.end(), o.env.begin(), o.env.end());
-    spec.grace_s = o.grace_s;
-    // The agent waits longer than kolorun does: kolorun names the lost host
-    // first, then the agent (if only its link was cut) ends its ranks.
-    spec.silence_ms = static_cast<std::uint32_t>(silence_s * 1000) + 2000;
+    std::vector<RankEnv> ranks;
     const int local_size = static_cast<int>(h.ranks.size());
-    for (int i = 0; i < local_size; ++i) {
-      spec.ranks.push_back({h.ranks[i], kolo_variables(h.ranks[i], o.np, i, local_size, job, o.network_interface)});
-    }
-    AgentLaunch l;
-    l.host = h;
-    l.job_frame = encode_frame('J', encode_job(spec));
-    if (h.local) {
-      l.path = self;
-      l.argv = {self, kAgentFlag};
-    } else {
-      l.path = resolve_executable(rsh.words.front());
-      l.argv = rsh.argv(h.name, "exec " + shell_quote(self) + " " + kAgentFlag);
-    }
-    launches.push_back(std::move(l));
+    for (int i = 0; i < local_size; ++i)
+      ranks.push_back({h.ranks[i], kolo_variables(h.ranks[i], o.np, i, local_size, job, o.network_interface)});
+    launches.push_back(agent_launch(o, base, h, std::move(ranks)));
   }
   const int code = run_host_job(launches, signal_fd, hj);
   if (any_local) {

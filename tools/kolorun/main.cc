@@ -21,6 +21,7 @@
 #include <system_error>
 
 #include "agent.h"
+#include "elastic_job.h"
 #include "launch_hosts.h"
 #include "options.h"
 #include "output_files.h"
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
   ParseResult parsed = parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   try {
+    if (parsed.options->elastic) return run_elastic(*parsed.options);
     if (!parsed.options->hosts.empty()) return run_hosts(*parsed.options);
     return run(*parsed.options);
   } catch (const std::exception& e) {

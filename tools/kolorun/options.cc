@@ -109,6 +109,39 @@ void split_args(const CLI::App& app, int argc, char** argv, std::vector<std::str
   for (; i < argc; ++i) command.emplace_back(argv[i]);
 }
 
+// The elastic flags (Horovod's horovodrun): consistent counts, a script that
+// can run, nothing that needs a fixed set of ranks. Returns 0 or 2.
+int check_elastic(const CLI::App& app, Options& o, bool have_hosts) {
+  auto bad = [](const std::string& text) {
+    usage_error(text);
+    return 2;
+  };
+  if (app.count("--host-discovery-script") > 0 && have_hosts)
+    return bad("give either --host-discovery-script or -H/--hostfile, not both");
+  if (app.count("--output-dir") > 0) return bad("--output-dir is not supported in an elastic job (its workers come and go)");
+  if (app.count("--host-discovery-script") == 0 && !have_hosts && app.count("--np") == 0)
+    return bad("an elastic job needs its hosts: --host-discovery-script FILE, -H or --hostfile, or -np N on this host");
+  if (app.count("--np") > 0 && o.np < 1) return bad(fmt::format("-np must be at least 1, got {}", o.np));
+  if (app.count("--min-np") == 0) o.min_np = app.count("--np") > 0 ? o.np : 1;
+  if (o.min_np < 1) return bad(fmt::format("--min-np must be at least 1, got {}", o.min_np));
+  if (app.count("--max-np") > 0 && o.max_np < o.min_np)
+    return bad(fmt::format("--max-np {} is less than --min-np {}", o.max_np, o.min_np));
+  if (app.count("--np") > 0 && o.np < o.min_np) return bad(fmt::format("-np {} is less than --min-np {}", o.np, o.min_np));
+  if (app.count("--np") > 0 && app.count("--max-np") > 0 && o.np > o.max_np)
+    return bad(fmt::format("-np {} is more than --max-np {}", o.np, o.max_np));
+  if (app.count("--np") == 0) o.np = 0;  // every listed slot, up to --max-np
+  if (o.slots_per_host < 1) return bad(fmt::format("--slots-per-host must be at least 1, got {}", o.slots_per_host));
+  if (!(o.elastic_timeout_s > 0)) return bad(fmt::format("--elastic-timeout must be positive, got {:g}", o.elastic_timeout_s));
+  if (!o.discovery_script.empty()) {
+    std::error_code ec;
+    o.discovery_script = std::filesystem::absolute(o.discovery_script, ec).string();
+    if (::access(o.discovery_script.c_str(), X_OK) != 0)
+      return bad(fmt::format("--host-discovery-script {}: cannot execute it: {}", o.discovery_script, std::strerror(errno)));
+  }
+  if (o.command.empty()) return bad(fmt::format("no command given; usage: {}", kUsage));
+  return 0;
+}
+
 }  // namespace
 
 ParseResult parse_options(int argc, char** argv) {
@@ -166,6 +199,19 @@ ParseResult parse_options(int argc, char** argv) {
                  "A host from which nothing arrives for S seconds is lost and fails the job "
                  "(default: KOLO_PEER_TIMEOUT_MS + 5 s, 15 s)")
       ->type_name("S");
+  app.add_option("--min-np", o.min_np,
+                 "Elastic: the job goes on while at least N workers are left (default: -np, else 1)")
+      ->type_name("N");
+  app.add_option("--max-np", o.max_np, "Elastic: at most N workers (default: every slot listed)")->type_name("N");
+  app.add_option("--host-discovery-script", o.discovery_script,
+                 "Elastic: an executable printing the available hosts, 'host:slots' per line; run every second")
+      ->type_name("FILE");
+  app.add_option("--slots-per-host", o.slots_per_host,
+                 "Elastic: slots of a discovered host listed without them (default 1)")
+      ->type_name("N");
+  app.add_option("--elastic-timeout", o.elastic_timeout_s,
+                 "Elastic: with fewer than --min-np workers for S seconds the job ends (default 600)")
+      ->type_name("S");
 
   std::vector<std::string> flags;
   split_args(app, argc, argv, flags, o.command);
@@ -184,6 +230,15 @@ ParseResult parse_options(int argc, char** argv) {
   }
 
   const bool have_hosts = app.count("--host") > 0 || app.count("--hostfile") > 0;
+  o.elastic = app.count("--min-np") > 0 || app.count("--max-np") > 0 || app.count("--host-discovery-script") > 0;
+  if (!o.elastic) {
+    for (const char* flag : {"--slots-per-host", "--elastic-timeout"}) {
+      if (app.count(flag) > 0) {
+        usage_error(fmt::format("{} applies to elastic jobs (--min-np, --max-np, --host-discovery-script)", flag));
+        return {std::nullopt, 2};
+      }
+    }
+  }
   if (app.count("--host") > 0 && app.count("--hostfile") > 0) {
     usage_error("give either -H or --hostfile, not both");
     return {std::nullopt, 2};
@@ -200,7 +255,7 @@ ParseResult parse_options(int argc, char** argv) {
     usage_error(e.what());
     return {std::nullopt, 2};
   }
-  if (!have_hosts) {
+  if (!have_hosts && o.discovery_script.empty()) {
     for (const char* flag : {"--port", "--identity", "--rsh", "--host-timeout"}) {
       if (app.count(flag) > 0) {
         usage_error(fmt::format("{} applies to remote hosts, given with -H or --hostfile", flag));
@@ -208,8 +263,8 @@ ParseResult parse_options(int argc, char** argv) {
       }
     }
   }
-  if (app.count("--np") == 0 && have_hosts) o.np = total_slots(o.hosts);
-  if (app.count("--np") == 0 && !have_hosts) {
+  if (app.count("--np") == 0 && have_hosts && !o.elastic) o.np = total_slots(o.hosts);
+  if (app.count("--np") == 0 && !have_hosts && !o.elastic) {
     usage_error(fmt::format("-np N is required (the number of ranks); usage: {}", kUsage));
     return {std::nullopt, 2};
   }
@@ -267,7 +322,7 @@ ParseResult parse_options(int argc, char** argv) {
     }
     o.env.push_back("KOLO_TIMELINE=" + path.string());
   }
-  if (o.np < 1) {
+  if (!o.elastic && o.np < 1) {
     usage_error(fmt::format("-np must be at least 1, got {}", o.np));
     return {std::nullopt, 2};
   }
@@ -278,6 +333,9 @@ ParseResult parse_options(int argc, char** argv) {
   if (!(o.grace_s >= 0)) {
     usage_error(fmt::format("--grace-period must not be negative, got {:g}", o.grace_s));
     return {std::nullopt, 2};
+  }
+  if (o.elastic) {
+    if (int code = check_elastic(app, o, have_hosts); code != 0) return {std::nullopt, code};
   }
   if (o.command.empty()) {
     usage_error(fmt::format("no command given; usage: {}", kUsage));

@@ -27,6 +27,14 @@ struct Options {
   std::vector<std::string> env;           // -x, resolved to "NAME=value"
   std::string network_interface;          // --network-interface NAME|CIDR, also KOLO_IFACE
   double host_timeout_s = 0;              // --host-timeout; 0: KOLO_PEER_TIMEOUT_MS + 5 s
+
+  // Elastic (--min-np, --max-np or --host-discovery-script given; elastic_driver.h).
+  bool elastic = false;
+  int min_np = 1;                         // default: -np when given, else 1
+  int max_np = 0;                         // 0: every listed slot
+  std::string discovery_script;           // absolute path; empty: -H/--hostfile, else localhost:np
+  int slots_per_host = 1;                 // slots of a discovered host listed without them
+  double elastic_timeout_s = 600;         // below --min-np this long: the job ends
 };
 
 // Either options to run with, or the exit status kolorun ends with right away

@@ -53,10 +53,24 @@ std::vector<std::string> kolo_variables(int rank, int size, int local_rank, int 
   return v;
 }
 
+std::vector<std::string> elastic_variables(const std::string& worker_id, const JobIdentity& job,
+                                           const std::string& iface, double elastic_timeout_s) {
+  std::vector<std::string> v = {
+      "KOLO_WORKER_ID=" + worker_id,
+      "KOLO_STORE_ADDR=" + job.store_addr,
+      "KOLO_JOB_ID=" + job.job_id,
+      "KOLO_SECRET=" + job.secret,
+      "KOLO_ELASTIC_TIMEOUT_MS=" + std::to_string(static_cast<long long>(elastic_timeout_s * 1000)),
+  };
+  if (!iface.empty()) v.push_back("KOLO_IFACE=" + iface);
+  return v;
+}
+
 std::vector<std::string> kolo_settings() {
   static const std::set<std::string> not_forwarded = {"KOLO_RANK",       "KOLO_SIZE",   "KOLO_LOCAL_RANK",
                                                      "KOLO_LOCAL_SIZE", "KOLO_STORE_ADDR", "KOLO_JOB_ID",
-                                                     "KOLO_SECRET",     "KOLO_HOSTNAME"};
+                                                     "KOLO_SECRET",     "KOLO_HOSTNAME",
+                                                     "KOLO_WORKER_ID", "KOLO_ELASTIC_TIMEOUT_MS"};
   std::vector<std::string> out;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;

@@ -23,6 +23,11 @@ std::string random_hex(std::size_t bytes);
 std::vector<std::string> kolo_variables(int rank, int size, int local_rank, int local_size,
                                         const JobIdentity& job, const std::string& iface);
 
+// An elastic job's worker (elastic_driver.h): its id instead of a rank (it
+// learns rank and size from the store), and how long it waits there.
+std::vector<std::string> elastic_variables(const std::string& worker_id, const JobIdentity& job,
+                                           const std::string& iface, double elastic_timeout_s);
+
 // Every KOLO_* variable of this process ("NAME=value"): kolo's settings are
 // job-wide, so kolorun hands the launching host's to every rank on every host
 // (a remote login's environment has none of them). Left out: the variables

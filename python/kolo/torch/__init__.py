@@ -34,3 +34,7 @@ from . import process_group  # noqa: E402,F401
 # Horovod's exception for a failed collective; kolo raises kolo.KoloError.
 HorovodInternalError = KoloError
 
+
+# Horovod Elastic (hvd.elastic.run, TorchState, ElasticSampler): kolo/torch/elastic/.
+from kolo.elastic import HostsUpdatedInterrupt  # noqa: E402
+from . import elastic  # noqa: E402,F401

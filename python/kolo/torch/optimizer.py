@@ -33,7 +33,7 @@ import weakref
 
 import torch
 
-from kolo import _C
+from kolo import _C, basics
 from kolo.basics import comm, error
 from kolo.process_sets import communicator, with_process_set
 from kolo.torch import dtypes
@@ -134,6 +134,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._synchronized = False
         self._reset_round()
+        self._serial = basics.communicator_serial()
         self._grad_accs = []
         if self._included:
             self._register_hooks()
@@ -172,6 +173,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*_):
+            self._drop_stale_round()
             if p in self._ready:
                 raise AssertionError(error(self._what, f"the gradient of '{self._names.get(p)}' was "
                                            "computed more than backward_passes_per_step times "
@@ -186,6 +188,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return hook
 
     # ---- one round -----------------------------------------------------------------
+    def _drop_stale_round(self):
+        """A step that failed half-way (a lost peer: KoloError in backward or
+        step) leaves works and counts of a communicator that is gone; once
+        init() has formed a new one (elastic re-formation), the next step
+        starts afresh on it instead of tripping over them."""
+        serial = basics.communicator_serial()
+        if serial == self._serial:
+            return
+        self._serial = serial
+        self._flag_work = None
+        for b in self._buckets:
+            b.work = b.target = None
+        self._synchronized = False
+        self._reset_round()
+
     def _reset_round(self):
         self._passes = {}
         self._ready = set()
@@ -249,6 +266,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._included:
             self._synchronized = True
             return
+        self._drop_stale_round()
         for p in self._params:
             self._ready.add(p)  # a gradient that never arrived counts as zeros
         self._issue_ready()
@@ -337,6 +355,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return result
 
     def zero_grad(self, *args, **kwargs):
+        self._drop_stale_round()
         if self._flag_work is not None:
             raise AssertionError(error(self._what, "optimizer.zero_grad() was called after "
                                        "loss.backward() but before optimizer.step() or "
@@ -383,7 +402,7 @@ def join(device=-1, process_set=None):
         try:
             c.allreduce(flag.data_ptr(), flag.data_ptr(), 1, _C.I32, _C.SUM)
         except _C.Error as e:
-            if REJECTED not in str(e):
+            if basics.REJECTED not in str(e):
                 raise
             continue
         if int(flag[0]) == 0:
@@ -402,7 +421,3 @@ def join(device=-1, process_set=None):
     keys = [tuple(row) for row in every.tolist()]
     last = max(keys)
     return c.world_ranks()[max(r for r, k in enumerate(keys) if k == last)]
-
-
-# The end of the text of an error that every rank rejected (src/engine/context.cc).
-REJECTED = "the communicator remains usable"
