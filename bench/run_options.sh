@@ -20,3 +20,17 @@ bench_options() {
   local dir=${1:-${KOLO_BUILD:-$ROOT/build}}
   BUILD=$(cd "$dir" 2>/dev/null && pwd) || { echo "$name: no build dir '$dir'" >&2; exit 2; }
 }
+
+# snapshot_build BUILD: copies what a Horovod comparison runs of kolo (kolorun, and the Python
+# package with its sources dereferenced) into a fresh /tmp directory and prints its path. A
+# run takes hours: a rebuild or an edit in the tree meanwhile must not change (or, relinking
+# kolorun, break) what is measured. The caller removes the directory.
+snapshot_build() {
+  local build=$1 snap
+  snap=$(mktemp -d /tmp/kolo-bench-build.XXXXXX) || return 1
+  mkdir -p "$snap/tools/kolorun" &&
+    cp "$build/tools/kolorun/kolorun" "$snap/tools/kolorun/" &&
+    cp -rL "$build/python" "$snap/python" &&
+    find "$snap/python" -name __pycache__ -prune -exec rm -rf {} + || { rm -rf "$snap"; return 1; }
+  echo "$snap"
+}

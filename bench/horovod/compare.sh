@@ -66,7 +66,7 @@ else
 fi
 
 HOST_LABEL=${HOST_LABEL:-$(hostname -s 2>/dev/null || echo dev)}
-opts=(--build "$BUILD" --venv "$VENV" --timeout "${TIMEOUT_S:-900}" --reps "${REPS:-3}")
+opts=(--venv "$VENV" --timeout "${TIMEOUT_S:-900}" --reps "${REPS:-3}")
 if [ "$QUICK" = 1 ]; then
   WRITE=0
   opts+=(--reps 1 --steps 5 --batch 16 --sizes "8 1048576" --iters "20,3,2"
@@ -81,4 +81,8 @@ fi
 cmdline="bench/horovod/compare.sh"
 [ "$QUICK" = 1 ] && cmdline+=" --quick"
 [ ${#extra[@]} -gt 0 ] && cmdline+=" -- ${extra[*]}"
-exec /usr/bin/python3 "$HERE/hvd_compare.py" "${opts[@]}" --command "$cmdline" "${extra[@]}"
+source "$ROOT/bench/run_options.sh"
+SNAP=$(snapshot_build "$BUILD") || { echo "compare.sh: cannot copy $BUILD's kolorun and python/ to /tmp" >&2; exit 2; }
+trap 'rm -rf "$SNAP"' EXIT
+KOLO_BUILD_LABEL="a copy of $(realpath --relative-to="$ROOT" "$BUILD")" \
+  /usr/bin/python3 "$HERE/hvd_compare.py" "${opts[@]}" --build "$SNAP" --command "$cmdline" "${extra[@]}"

@@ -46,6 +46,9 @@ else VENV=$("$HERE/build.sh" | tail -1) || { echo "hosts.sh: Horovod did not bui
 source "$ROOT/tests/multihost/hosts.sh"
 WORK=$(mktemp -d /tmp/hvd-hosts.XXXXXX)
 kh_on_down "rm -rf '$WORK'"
+SNAP=$(snapshot_build "$BUILD") || { echo "hosts.sh: cannot copy $BUILD's kolorun and python/ to /tmp" >&2; exit 2; }
+kh_on_down "rm -rf '$SNAP'"
+export KOLO_BUILD_LABEL="a copy of $(realpath --relative-to="$ROOT" "$BUILD")"
 kh_up 2 || exit 1
 PREFIX="nsenter -t $(kh_holder h0) -n -u -i -m -r --wd=$ROOT --"
 
@@ -56,7 +59,7 @@ rc=0
 for link in $LINKS; do
   if [ "$link" = shaped ]; then kh_shape h0 "$RATE" && kh_shape h1 "$RATE" || exit 1; note="link shaped to $RATE each way (tc tbf on both hosts' ports)"
   else kh_unshape h0; kh_unshape h1; note="link unshaped (veth pair through a bridge)"; fi
-  /usr/bin/python3 "$HERE/hvd_compare.py" --build "$BUILD" --venv "$VENV" --parts allreduce \
+  /usr/bin/python3 "$HERE/hvd_compare.py" --build "$SNAP" --venv "$VENV" --parts allreduce \
     --systems kolo,hvd-gloo,hvd-mpi --hvd-env HOROVOD_HIERARCHICAL_ALLREDUCE=1 \
     --hosts h0:2,h1:2 --rsh "ssh -F $KH_SSH_CONFIG" --iface eth0 --exec-prefix "$PREFIX" \
     --sizes "$SIZES" --iters "$ITERS" --reps "$REPS" --timeout "${TIMEOUT_S:-900}" \

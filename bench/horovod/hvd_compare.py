@@ -240,7 +240,8 @@ def main():
         "from repetition to repetition; medians over repetitions, ratios of same-run medians.")
     say()
     say(f"- machine: {machine()}")
-    say(f"- kolo {rev}{' + uncommitted changes' if dirty else ''} (build {os.path.relpath(a.build, REPO)}); "
+    build = os.environ.get("KOLO_BUILD_LABEL") or os.path.relpath(a.build, REPO)
+    say(f"- kolo {rev}{' + uncommitted changes' if dirty else ''} (build {build}); "
         f"{torch_of(a.python)}")
     say(f"- Horovod {hvd_ver[-1] if hvd_ver else '?'} ({built}); venv {a.venv}")
     say(f"- {mpi_ver[0] if mpi_ver else 'mpirun ?'}; Horovod MPI runs add `--mca mpi_yield_when_idle 1` when ranks "

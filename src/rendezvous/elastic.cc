@@ -86,14 +86,6 @@ bool has_formed(StoreClient& store, const std::string& worker) {
   return store.check({"kolo/elastic/formed/" + worker});
 }
 
-void report_failure(StoreClient& store, int generation) {
-  store.add(fmt::format("kolo/elastic/failed/{}", generation), 1);
-}
-
-std::int64_t failures(StoreClient& store, int generation) {
-  return store.add(fmt::format("kolo/elastic/failed/{}", generation), 0);
-}
-
 bool ready(StoreClient& store, const std::string& worker) { return store.check({"kolo/elastic/ready/" + worker}); }
 
 int publish(StoreClient& store, int generation, const std::vector<Member>& members) {

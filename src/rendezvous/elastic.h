@@ -25,7 +25,6 @@
 //   kolo/elastic/formed/<worker id>  set by a worker once a communicator of
 //                         its has formed: a job that ends stops the workers
 //                         that never got that far (they joined too late)
-//   kolo/elastic/failed/<G>  counter: members of G that saw a collective fail
 #pragma once
 
 #include <string>
@@ -60,11 +59,6 @@ Place join(StoreClient& store, const std::string& worker, int after, Millis time
 void mark_formed(StoreClient& store, const std::string& worker, int generation);
 // kolorun's side: has this worker ever been in a formed communicator?
 bool has_formed(StoreClient& store, const std::string& worker);
-
-// A member of `generation` saw a collective fail (the launcher may be
-// quicker to re-form when it hears it from the survivors themselves).
-void report_failure(StoreClient& store, int generation);
-std::int64_t failures(StoreClient& store, int generation);
 
 // kolorun's side: is this worker waiting in join()?
 bool ready(StoreClient& store, const std::string& worker);
