@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "collectives/backend.h"
 #include "connect.h"
@@ -68,7 +69,10 @@ Communicator init() {
 
 namespace elastic {
 
-bool enabled() { return !rdv::current_environment()["KOLO_WORKER_ID"].empty(); }
+bool enabled() {
+  const char* id = std::getenv("KOLO_WORKER_ID");
+  return id != nullptr && *id != '\0';
+}
 
 int generation(const Communicator& comm) { return comm.ctx_ ? comm.ctx_->elastic_generation : -1; }
 

@@ -53,12 +53,12 @@ Place join(StoreClient& store, const std::string& worker, int after, Millis time
   for (;;) {
     const int g = latest(store);
     if (g > after) {
+      const std::vector<Member> members = parse(store.get(gen_key(g), timeout), g);
       Place p;
       p.generation = g;
-      p.members = parse(store.get(gen_key(g), timeout), g);
-      p.size = static_cast<int>(p.members.size());
+      p.size = static_cast<int>(members.size());
       for (int r = 0; r < p.size; ++r) {
-        if (p.members[r].worker == worker) {
+        if (members[r].worker == worker) {
           p.rank = r;
           return p;
         }

@@ -43,7 +43,6 @@ struct Place {
   int generation = -1;
   int rank = 0;
   int size = 0;
-  std::vector<Member> members;
 };
 
 // The newest generation published so far; -1 before the first.

@@ -135,6 +135,7 @@ class HostJob : public HostJobControl {
   void fail(int code, const std::string& text);
   void stop_all(int sig);
   void lose(Agent& a, const std::string& why);
+  void finish_output(int rank);  // a rank's last partial lines go out
   void close_agent(Agent& a);
   void reap();
   void handle_signals();
@@ -245,6 +246,12 @@ void HostJob::close_agent(Agent& a) {
   a.to.reset(-1);
 }
 
+void HostJob::finish_output(int rank) {
+  for (auto& s : ranks_[rank].sinks) {
+    if (s) s->finish();
+  }
+}
+
 void HostJob::lose(Agent& a, const std::string& why) {
   if (a.lost || a.done) return;
   std::vector<int> still;
@@ -256,11 +263,7 @@ void HostJob::lose(Agent& a, const std::string& why) {
     close_agent(a);
     return;  // every rank had reported its exit: nothing was lost
   }
-  for (int r : still) {
-    for (auto& s : ranks_[r].sinks) {
-      if (s) s->finish();
-    }
-  }
+  for (int r : still) finish_output(r);
   if (opts_.elastic != nullptr && !stopping_) {
     close_agent(a);
     opts_.elastic->host_lost(a.host.name, still, why);
@@ -276,9 +279,7 @@ void HostJob::drop_host(const std::string& name) {
     a->lost = true;
     for (int r : a->host.ranks) {
       ranks_[r].exited = true;
-      for (auto& s : ranks_[r].sinks) {
-        if (s) s->finish();
-      }
+      finish_output(r);
     }
     close_agent(*a);
   }
