@@ -120,18 +120,28 @@ struct DistributedOptimizer::Impl {
   std::int64_t t_first = 0;  // timeline: the step's first gradient (ns); 0: not recording
 
   ~Impl() {
+    settle();
+    for (auto& p : params)
+      if (p.accumulator) p.accumulator->del_post_hook(p.hook_key);
+  }
+
+  // Waits for the allreduces in flight, whatever their outcome.
+  void settle() {
     for (auto& b : buckets)
       if (b.launched) try {
           b.work.wait();
         } catch (...) {
         }
-    for (auto& p : params)
-      if (p.accumulator) p.accumulator->del_post_hook(p.hook_key);
   }
 
   std::string err(const std::string& text) const { return prefix(comm.rank()) + text; }
 
   void init(NamedTensors named);
+  void reform(Communicator next);
+  void start_trial() {  // one rank communicates nothing: no trial
+    overlap = detail::OverlapTrial(o.overlap == Overlap::Auto && comm.size() > 1,
+                                   o.overlap != Overlap::Never, o.overlap_trial_steps);
+  }
   void on_grad(std::size_t i, bool sparse);
   void fill(std::size_t i);
   void launch_ready();
@@ -183,9 +193,7 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
   if (o.overlap == Overlap::Auto && o.overlap_trial_steps < 1)
     throw Error(err(fmt::format("DistributedOptimizer: overlap_trial_steps must be >= 1, not {}",
                                 o.overlap_trial_steps)));
-  // One rank communicates nothing: no trial.
-  overlap = detail::OverlapTrial(o.overlap == Overlap::Auto && comm.size() > 1,
-                                 o.overlap != Overlap::Never, o.overlap_trial_steps);
+  start_trial();
 
   // Trainable parameters, each once.
   std::unordered_set<const void*> seen_impl;
@@ -274,6 +282,21 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
     p.hook_key =
         p.accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i](bool sparse) { on_grad(i, sparse); }));
   }
+}
+
+void DistributedOptimizer::Impl::reform(Communicator next) {
+  if (!next.valid()) throw Error(err("DistributedOptimizer::reform needs a communicator from kolo::init()"));
+  if (join_attached) throw Error(err("DistributedOptimizer::reform during a Join"));
+  std::lock_guard<std::mutex> lock(mu);
+  settle();
+  reset_step();
+  synchronized = false;
+  comm = std::move(next);
+  start_trial();
+  // The new members must hold the same model, or the bucket allreduces would not match.
+  NamedTensors trainable;
+  for (const auto& p : params) trainable.emplace_back(p.name, p.tensor);
+  detail::check_same_tensors(comm, trainable, buffers, 0, "DistributedOptimizer::reform");
 }
 
 void DistributedOptimizer::Impl::on_grad(std::size_t i, bool sparse) {
@@ -554,6 +577,8 @@ DistributedOptimizer::DistributedOptimizer(Communicator comm, NamedTensors named
   impl_->o = options;
   impl_->init(std::move(named_parameters));
 }
+
+void DistributedOptimizer::reform(Communicator comm) { impl_->reform(std::move(comm)); }
 
 DistributedOptimizer::DistributedOptimizer(DistributedOptimizer&&) noexcept = default;
 DistributedOptimizer& DistributedOptimizer::operator=(DistributedOptimizer&&) noexcept = default;

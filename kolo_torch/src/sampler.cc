@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -44,15 +45,15 @@ DistributedSampler::DistributedSampler(int rank, int size, std::size_t dataset_s
     : rank_(rank), size_(size), n_(dataset_size), options_(options) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(fmt::format("kolo: DistributedSampler: rank {} is not in [0, {})", rank, size));
-  const auto s = static_cast<std::size_t>(size);
-  num_samples_ = options_.drop_last ? n_ / s : (n_ + s - 1) / s;
+  build();
   if (num_samples_ == 0)
     throw Error(fmt::format("kolo rank {}: DistributedSampler: a data set of {} samples gives "
                             "rank {} of {} nothing to do{}",
                             rank, n_, rank, size, options_.drop_last ? " with drop_last" : ""));
-  build();
 }
 
+// This rank's shard of the epoch's order from start_ on. After a reshard
+// near the end of an epoch the shard may be empty: the epoch is done.
 void DistributedSampler::build() {
   std::vector<std::size_t> order;
   if (options_.shuffle) {
@@ -61,14 +62,15 @@ void DistributedSampler::build() {
     order.resize(n_);
     std::iota(order.begin(), order.end(), std::size_t{0});
   }
+  order.erase(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(start_));
+  const auto s = static_cast<std::size_t>(size_);
+  num_samples_ = shard_length(start_);
   const std::size_t total = total_size();
   // Pad by repeating from the start (as often as needed when n < size).
   for (std::size_t i = 0; order.size() < total; ++i) order.push_back(order[i]);
   indices_.clear();
   indices_.reserve(num_samples_);
-  for (std::size_t i = static_cast<std::size_t>(rank_); i < total;
-       i += static_cast<std::size_t>(size_))
-    indices_.push_back(order[i]);
+  for (std::size_t i = static_cast<std::size_t>(rank_); i < total; i += s) indices_.push_back(order[i]);
 }
 
 void DistributedSampler::set_epoch(std::uint64_t epoch) {
@@ -77,8 +79,9 @@ void DistributedSampler::set_epoch(std::uint64_t epoch) {
     return;
   }
   resume_pending_ = false;
-  if (epoch != epoch_ || indices_.empty()) {
+  if (epoch != epoch_ || start_ != 0 || indices_.empty()) {
     epoch_ = epoch;
+    start_ = 0;
     build();
   }
   position_ = 0;
@@ -94,13 +97,49 @@ std::optional<std::vector<std::size_t>> DistributedSampler::next(std::size_t bat
   return batch;
 }
 
+std::size_t DistributedSampler::shard_length(std::size_t start) const {
+  const std::size_t left = n_ - start, s = static_cast<std::size_t>(size_);
+  return options_.drop_last ? left / s : (left + s - 1) / s;
+}
+
+std::uint64_t DistributedSampler::consumed() const {
+  // Padding repeats samples past the end of the order: those count once.
+  return std::min<std::uint64_t>(n_, start_ + position_ * static_cast<std::uint64_t>(size_));
+}
+
+void DistributedSampler::reshard(Communicator& comm, std::uint64_t epoch, std::uint64_t consumed) {
+  reshard(comm.rank(), comm.size(), epoch, consumed);
+}
+
+void DistributedSampler::reshard(int rank, int size, std::uint64_t epoch, std::uint64_t consumed) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw Error(fmt::format("kolo: DistributedSampler::reshard: rank {} is not in [0, {})", rank, size));
+  if (consumed > n_)
+    throw Error(fmt::format("kolo rank {}: DistributedSampler::reshard: {} samples consumed, but the "
+                            "data set has {}",
+                            rank, consumed, n_));
+  rank_ = rank;
+  size_ = size;
+  epoch_ = epoch;
+  start_ = static_cast<std::size_t>(consumed);
+  position_ = 0;
+  resume_pending_ = true;  // the next set_epoch(same epoch) goes on from here
+  build();
+}
+
 void DistributedSampler::set_state(const SamplerState& state) {
-  if (state.position > num_samples_)
+  if (state.start > n_)
+    throw Error(fmt::format("kolo rank {}: DistributedSampler: start {} is past the data set's {} "
+                            "samples",
+                            rank_, state.start, n_));
+  const std::size_t length = shard_length(static_cast<std::size_t>(state.start));
+  if (state.position > length)
     throw Error(fmt::format("kolo rank {}: DistributedSampler: position {} is past the shard "
                             "length {} (was the checkpoint written with another rank count?)",
-                            rank_, state.position, num_samples_));
-  if (state.epoch != epoch_) {
+                            rank_, state.position, length));
+  if (state.epoch != epoch_ || state.start != start_) {
     epoch_ = state.epoch;
+    start_ = static_cast<std::size_t>(state.start);
     build();
   }
   position_ = static_cast<std::size_t>(state.position);

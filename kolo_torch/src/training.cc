@@ -32,8 +32,9 @@ using detail::prefix;
 //  32     payload: torch::pickle_save of a dict
 //           format "kolo-checkpoint", model {name: tensor}, optimizer (u8
 //           tensor holding LibTorch's optimizer archive), lrs [double],
-//           epoch, step, sampler_epoch, sampler_position, and with a
-//           GradScaler scaler_scale (double), scaler_growth_tracker (int)
+//           epoch, step, sampler_epoch, sampler_position, sampler_start
+//           (absent before elastic resharding: 0), and with a GradScaler
+//           scaler_scale (double), scaler_growth_tracker (int)
 //
 // The payload is an ordinary PyTorch zip archive, so after skipping the 32
 // header bytes Python's torch.load() can read it too.
@@ -240,6 +241,7 @@ TrainState restore(const std::string& path, const std::string& payload, ::torch:
   st.step = get("step").toInt();
   st.sampler.epoch = static_cast<std::uint64_t>(get("sampler_epoch").toInt());
   st.sampler.position = static_cast<std::uint64_t>(get("sampler_position").toInt());
+  if (dict.contains("sampler_start")) st.sampler.start = static_cast<std::uint64_t>(get("sampler_start").toInt());
   if (dict.contains("scaler_scale"))
     st.scaler = GradScalerState{get("scaler_scale").toDouble(), get("scaler_growth_tracker").toInt()};
   return st;
@@ -276,6 +278,7 @@ void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
   dict.insert("step", state.step);
   dict.insert("sampler_epoch", static_cast<std::int64_t>(state.sampler.epoch));
   dict.insert("sampler_position", static_cast<std::int64_t>(state.sampler.position));
+  dict.insert("sampler_start", static_cast<std::int64_t>(state.sampler.start));
   if (state.scaler) {
     dict.insert("scaler_scale", state.scaler->scale);
     dict.insert("scaler_growth_tracker", state.scaler->growth_tracker);
@@ -369,14 +372,17 @@ void LinearScalingWarmup::set_step(std::int64_t t) {
 void TorchSampler::save(::torch::serialize::OutputArchive& archive) const {
   archive.write("kolo_sampler_epoch", ::torch::tensor(static_cast<std::int64_t>(s_->epoch())));
   archive.write("kolo_sampler_position", ::torch::tensor(static_cast<std::int64_t>(s_->position())));
+  archive.write("kolo_sampler_start", ::torch::tensor(static_cast<std::int64_t>(s_->state().start)));
 }
 
 void TorchSampler::load(::torch::serialize::InputArchive& archive) {
-  ::torch::Tensor e, p;
+  ::torch::Tensor e, p, start;
   archive.read("kolo_sampler_epoch", e);
   archive.read("kolo_sampler_position", p);
+  const bool resharded = archive.try_read("kolo_sampler_start", start);  // absent in older archives
   s_->set_state({static_cast<std::uint64_t>(e.item<std::int64_t>()),
-                 static_cast<std::uint64_t>(p.item<std::int64_t>())});
+                 static_cast<std::uint64_t>(p.item<std::int64_t>()),
+                 resharded ? static_cast<std::uint64_t>(start.item<std::int64_t>()) : 0});
 }
 
 }  // namespace kolo::torch

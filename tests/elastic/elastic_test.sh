@@ -6,6 +6,11 @@
 #              survivors re-form (generation 1, 2 workers), the host is listed
 #              again and its new worker joins (generation 2, 3 workers); every
 #              sum exact, rank 0's steps each exactly once, exit 0
+#   torch      reform with kolo_torch (WORKER is torch_elastic_worker): 3 workers
+#              train, the one on 127.0.0.1 is SIGKILLed; the survivors restore
+#              the commit, reform the DistributedOptimizer, reshard the sampler
+#              and finish on 2; the replay finds every sample once per epoch
+#              and the parameters of one process trained on the same batches
 #   min-np     --min-np 2, one of 2 workers killed, the host never listed
 #              again: exit 1 after --elastic-timeout, naming it; nothing left
 #   discovery  a first run that fails or prints junk: exit 1, nothing started;
@@ -85,6 +90,25 @@ reform)
   grep -Eq '^\[1\] step [0-9]+ gen 1 rank 1 size 2 ' "$D/out" || fail "no step of generation 1 on worker 1"
   first3=$(sed -n 's/^\[3\] step \([0-9]*\) .*/\1/p' "$D/out" | head -1)
   [ "${first3:-0}" -gt 30 ] || fail "worker 3 started at step ${first3:-none}, not at the committed step"
+  ;;
+torch)
+  printf 'localhost:2\n127.0.0.1:1\n' > "$D/hosts"
+  start --min-np 2 --max-np 3 --host-discovery-script "$D/discover.sh" --elastic-timeout 60 --timeout 240 \
+    "$WORKER" "$D"
+  wait_for 'generation 0: 3 workers \(localhost: 0, 1; 127.0.0.1: 2\)'
+  wait_for '^\[2\] step 10 gen 0 rank 2 size 3$' 120
+  kill -KILL "$(worker_pid 2)"
+  wait_for 'generation 1: 2 workers \(localhost: 0, 1\)'
+  finish
+  [ "$RC" = 0 ] || fail "kolorun exited $RC, want 0"
+  for w in 0 1; do
+    grep -Eq "^\[$w\] recovering: .*rank 2 .*died" "$D/out" || fail "worker $w did not see rank 2 die"
+    grep -Eq "^\[$w\] re-formed: gen 1 rank [01] size 2, epoch 0 from sample [0-9]+" "$D/out" ||
+      fail "worker $w did not re-form as one of 2"
+  done
+  "$WORKER" "$D" --replay > "$D/replay" 2>&1 || fail "$(cat "$D/replay")"
+  grep -q '^replay: OK: .* 2 world sizes, ' "$D/replay" || fail "replay: $(cat "$D/replay")"
+  cat "$D/replay"
   ;;
 min-np)
   printf 'localhost:1\n127.0.0.1:1\n' > "$D/hosts"

@@ -133,6 +133,78 @@ TEST(Sampler, BatchesStateAndResume) {
   EXPECT_THROW(r.set_state({3, 1000}), kolo::Error);
 }
 
+// Elastic: 3 ranks hand out `batches` batches each, then the survivors (2
+// ranks) are dealt the rest of the epoch. Returns every index handed out.
+std::multiset<std::size_t> reshard_3_to_2(std::size_t n, std::size_t batches, SamplerOptions o,
+                                          std::uint64_t* consumed) {
+  const std::size_t kBatch = 8;
+  std::multiset<std::size_t> out;
+  std::vector<DistributedSampler> three;
+  for (int r = 0; r < 3; ++r) {
+    three.emplace_back(r, 3, n, o);
+    three.back().set_epoch(5);
+  }
+  for (std::size_t k = 0; k < batches; ++k)
+    for (auto& s : three)
+      if (auto b = s.next(kBatch)) out.insert(b->begin(), b->end());
+  *consumed = three[0].consumed();
+  for (auto& s : three) EXPECT_EQ(s.consumed(), *consumed);  // lockstep: every rank agrees
+  // Ranks 0 and 2 survive and become 0 and 1.
+  for (int old : {0, 2}) {
+    DistributedSampler& s = three[static_cast<std::size_t>(old)];
+    s.reshard(old == 0 ? 0 : 1, 2, 5, *consumed);
+    s.set_epoch(5);  // right after reshard: keeps going in this epoch
+    EXPECT_EQ(s.epoch(), 5u);
+    while (auto b = s.next(kBatch)) out.insert(b->begin(), b->end());
+  }
+  return out;
+}
+
+TEST(Sampler, ReshardDealsTheRestOfTheEpochOnce) {
+  // 103 samples: 3 ranks x 4 batches of 8 use 96; the 7 left go to 2 ranks,
+  // one padded (a repeat, as a fresh epoch pads); drop_last drops it instead.
+  std::uint64_t consumed = 0;
+  auto pad = reshard_3_to_2(103, 4, {.shuffle = true, .seed = 3}, &consumed);
+  EXPECT_EQ(consumed, 96u);
+  EXPECT_EQ(pad.size(), 104u);
+  EXPECT_EQ(std::set<std::size_t>(pad.begin(), pad.end()).size(), 103u);  // every sample, one twice
+  auto drop = reshard_3_to_2(103, 4, {.shuffle = true, .seed = 3, .drop_last = true}, &consumed);
+  EXPECT_EQ(consumed, 96u);
+  EXPECT_EQ(drop.size(), 102u);
+  EXPECT_EQ(std::set<std::size_t>(drop.begin(), drop.end()).size(), 102u);  // none twice, one dropped
+  // 120 samples, 2 batches each (48 used): the 72 left split evenly — each sample exactly once.
+  auto even = reshard_3_to_2(120, 2, {.shuffle = true, .seed = 3}, &consumed);
+  EXPECT_EQ(consumed, 48u);
+  std::multiset<std::size_t> all;
+  for (std::size_t i = 0; i < 120; ++i) all.insert(i);
+  EXPECT_EQ(even, all);
+
+  // The survivors continue the same global order: what rank 0 gets after the
+  // reshard are positions 48, 50, 52... of the epoch's order.
+  const auto order = kolo::torch::shuffled_indices(120, 3, 5);
+  DistributedSampler s(0, 2, 120, {.shuffle = true, .seed = 3});
+  s.reshard(0, 2, 5, 48);  // the epoch comes with the commit
+  EXPECT_EQ(s.num_samples(), 36u);
+  EXPECT_EQ(s.indices()[0], order[48]);
+  EXPECT_EQ(s.indices()[1], order[50]);
+  // state() carries the start, so a checkpoint taken now resumes here.
+  s.next(4);
+  const auto st = s.state();
+  EXPECT_EQ(st.start, 48u);
+  EXPECT_EQ(s.consumed(), 56u);
+  DistributedSampler r(0, 2, 120, {.shuffle = true, .seed = 3});
+  r.set_state(st);
+  EXPECT_EQ(r.indices(), s.indices());
+  EXPECT_EQ(r.position(), 4u);
+  // The end of the epoch: nothing left to deal; the next epoch is whole again.
+  s.reshard(1, 2, 5, 120);
+  EXPECT_FALSE(s.next(4));
+  s.set_epoch(6);
+  EXPECT_EQ(s.num_samples(), 60u);
+  EXPECT_THROW(s.reshard(0, 2, 6, 121), kolo::Error);
+  EXPECT_THROW(s.reshard(2, 2, 6, 0), kolo::Error);
+}
+
 // ---------------------------------------------------------------------------
 // Multi-process helpers
 

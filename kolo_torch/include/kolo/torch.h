@@ -157,6 +157,16 @@ class DistributedOptimizer {
   // does on inf/NaN).
   void skip_step();
 
+  // Elastic jobs: after a collective failed (or kolorun published a newer
+  // membership), the caller forms the next communicator with kolo::init()
+  // and hands it here. The step in progress is dropped — its allreduces
+  // waited for and their errors discarded, the buckets emptied — and the
+  // next step communicates on `comm` (the overlap trial starts over). The
+  // wrapped optimizer, its state and the hooks stay; restore the committed
+  // parameters and optimizer state and sync them from a survivor yourself
+  // (kolo::torch::broadcast_parameters, broadcast_optimizer_state).
+  void reform(Communicator comm);
+
   ::torch::optim::Optimizer& optimizer();
   const ::torch::optim::Optimizer& optimizer() const;
   const DistributedOptimizerOptions& options() const;

@@ -21,6 +21,15 @@
 // For resume, state() gives {epoch, position} (samples of this rank's shard
 // already handed out); set_state() restores it and the following
 // set_epoch(same epoch) keeps that position instead of rewinding.
+//
+// Elastic jobs (the ranks change within an epoch): since rank r takes
+// positions r, r + size, ..., ranks that have all handed out the same number
+// of samples have together used a prefix of the epoch's order; consumed() is
+// its length. After re-forming, reshard(new_comm, epoch, consumed) — the
+// committed epoch and consumed() — deals the rest of that epoch's order among
+// the new ranks (padded or dropped to a multiple of the new size, as a fresh
+// epoch is): no sample twice, none skipped. The following set_epoch(same
+// epoch) keeps going there; the next epoch is dealt whole again.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +54,7 @@ struct SamplerOptions {
 struct SamplerState {
   std::uint64_t epoch = 0;
   std::uint64_t position = 0;  // samples of this rank's shard already handed out
+  std::uint64_t start = 0;     // the shards deal the epoch's order from here (reshard)
 };
 
 class DistributedSampler {
@@ -61,6 +71,13 @@ class DistributedSampler {
   std::optional<std::vector<std::size_t>> next(std::size_t batch_size);
   void rewind() { position_ = 0; }
 
+  // Elastic jobs (see above): the length of the epoch's order used so far by
+  // all ranks together, when every rank is at this rank's position.
+  std::uint64_t consumed() const;
+  // Deals epoch's order from `consumed` on among comm's ranks; position 0.
+  void reshard(Communicator& comm, std::uint64_t epoch, std::uint64_t consumed);
+  void reshard(int rank, int size, std::uint64_t epoch, std::uint64_t consumed);
+
   // This rank's shard for the current epoch, in order.
   const std::vector<std::size_t>& indices() const { return indices_; }
   std::size_t num_samples() const { return num_samples_; }  // per rank per epoch
@@ -71,19 +88,21 @@ class DistributedSampler {
   int size() const { return size_; }
   const SamplerOptions& options() const { return options_; }
 
-  SamplerState state() const { return {epoch_, position_}; }
+  SamplerState state() const { return {epoch_, position_, start_}; }
   void set_state(const SamplerState& state);
   // True once after set_state(); used by TorchSampler::reset() to keep the position.
   bool take_resume_pending();
 
  private:
   void build();
+  std::size_t shard_length(std::size_t start) const;  // per rank, dealing from start
 
   int rank_;
   int size_;
   std::size_t n_;
   SamplerOptions options_;
   std::size_t num_samples_ = 0;
+  std::size_t start_ = 0;  // first position of the epoch's order the shards deal
   std::uint64_t epoch_ = 0;
   std::size_t position_ = 0;
   bool resume_pending_ = false;
