@@ -163,15 +163,20 @@ void check_ranks(const Discovery& d, const Launcher& l, bool has_local_rank,
 
 Discovery discover(const Env& env) {
   Discovery d;
+  // An elastic worker of kolorun has KOLO_WORKER_ID instead of a rank; any
+  // other launcher's variables it has were inherited (srun's, when kolorun
+  // runs inside a Slurm job) and do not describe this job.
+  const bool elastic = var(env, "KOLO_WORKER_ID") && !var(env, "KOLO_RANK") && !var(env, "KOLO_SIZE");
   const Launcher* chosen = nullptr;
   for (const Launcher& l : kLaunchers) {
+    if (elastic) break;
     if (var(env, l.rank) || var(env, l.size)) {
       chosen = &l;
       break;
     }
   }
   d.rank0_hosts_store = true;
-  if (chosen == nullptr && var(env, "KOLO_WORKER_ID")) {
+  if (elastic) {
     // An elastic worker: its rank and size come from the store at init().
     if (!var(env, "KOLO_STORE_ADDR"))
       fail("rendezvous: KOLO_WORKER_ID is set but KOLO_STORE_ADDR is not (an elastic worker meets kolorun's store)");

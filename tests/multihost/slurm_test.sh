@@ -9,6 +9,10 @@
 #                               nodes: its log shows 4 ranks and the accuracy, the checkpoint loads
 #   slurm_test.sh sbatch-fail   the same job with rank 1 given a missing data directory: the job
 #                               fails, its log names rank 1 and the missing file
+#   slurm_test.sh elastic       examples/slurm/elastic.sbatch runs the elastic C++ worker on both
+#                               nodes (kolorun on h0, h1's workers through srun --overlap); every
+#                               process of h1 (slurmd too) is killed mid-run: the job re-forms on
+#                               h0's 2 workers and finishes, every sum exact, rank 0's steps once
 # Needs root (skips with 77 otherwise) and KOLO_TEST_BUILD_DIR (set by ctest).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -166,6 +170,43 @@ EOF
   expect "nothing left on either host" no_leftovers
   echo "--- $log"; cat "$log"
   [ "$fails" = 0 ] || { cat "$WORK/sbatch.out"; ks_logs; }
+  ;;
+elastic)
+  cd "$WORK" || exit 1
+  WORKER=$B/tests/elastic/kolo_elastic_worker
+  [ -x "$WORKER" ] || { echo "FAIL: no $WORKER"; exit 1; }
+  KOLORUN=$B/tools/kolorun/kolorun KOLO_MIN_NP=2 KOLO_ELASTIC_TIMEOUT=60 ks_exec timeout 300 \
+    sbatch --wait --parsable "$REPO/examples/slurm/elastic.sbatch" "$WORKER" 400 --sleep-ms 30 \
+    >"$WORK/sbatch.out" 2>&1 &
+  sbatch_pid=$!
+  log=
+  for _ in $(seq 1 1200); do  # up to 120 s for h1's workers to be stepping
+    job=$(head -n 1 "$WORK/sbatch.out" 2>/dev/null)
+    [ -n "$job" ] && log=$WORK/elastic-$job.log
+    [ -n "$log" ] && grep -Eq '^\[3\] step 20 gen 0 ' "$log" 2>/dev/null && break
+    sleep 0.1
+  done
+  expect "h1's workers step in generation 0" grep -Eq '^\[3\] step 20 gen 0 rank 3 size 4 ' "$log"
+  kh_kill h1   # the node fails: its workers, kolorun's agent, srun's step daemon, slurmd
+  wait "$sbatch_pid"
+  rc=$?
+  expect "sbatch --wait exits 0 (rc $rc)" [ "$rc" = 0 ]
+  expect "generation 0: 4 workers on both nodes" grep -q 'generation 0: 4 workers (h0: 0, 1; h1: 2, 3)' "$log"
+  expect "h1 is lost and blacklisted" grep -Eq 'host h1 .*blacklisted|lost host h1.*blacklisted' "$log"
+  expect "generation 1: h0's 2 workers" grep -q 'generation 1: 2 workers (h0: 0, 1)' "$log"
+  for w in 0 1; do
+    expect "worker $w finishes in generation 1" grep -Eq "^\[$w\] step 399 gen 1 rank [01] size 2 sum [0-9]+ ok" "$log"
+  done
+  expect "no wrong sum" eval "! grep -q WRONG '$log'"
+  seq 0 399 > "$WORK/want"
+  sed -n 's/^\[0\] step \([0-9]*\) gen [0-9]* rank 0 .*/\1/p' "$log" > "$WORK/got0"
+  expect "rank 0's steps are 0..399, each once" cmp -s "$WORK/want" "$WORK/got0"
+  settle
+  left=$(for p in $(kh_pids h0); do grep -qE 'kolo_elastic_worker|kolorun' "/proc/$p/cmdline" 2>/dev/null && echo "$p"; done)
+  expect "nothing of the job left on h0" [ -z "$left" ]
+  echo "--- $log: the launcher's lines and the re-formations"
+  grep -E '^(job|kolorun)|recovering' "$log"
+  [ "$fails" = 0 ] || { echo "--- $log"; cat "$log"; cat "$WORK/sbatch.out"; ks_logs; }
   ;;
 *) echo "unknown case '$case'"; exit 2 ;;
 esac

@@ -169,6 +169,23 @@ TEST(Discover, PrecedenceKoloTorchrunOpenMpiMpichSlurm) {
   EXPECT_EQ(discover(e).source, "kolo");
 }
 
+TEST(Discover, ElasticWorkerIgnoresTheVariablesOfAnOuterLauncher) {
+  // kolorun --min-np inside a Slurm job: the worker inherits the batch step's
+  // (or its srun's) variables, but its rank comes from kolorun's store.
+  Env e = slurm_env();
+  e.insert({{"KOLO_WORKER_ID", "3"}, {"KOLO_STORE_ADDR", "h0:31000"}, {"KOLO_JOB_ID", "el-1"}});
+  Discovery d = discover(e);
+  EXPECT_EQ(d.source, "kolo");
+  EXPECT_EQ(d.worker_id, "3");
+  EXPECT_EQ(d.job_id, "el-1");
+  expect_store(d, "h0", 31000, false);
+  e.erase("KOLO_STORE_ADDR");
+  expect_error(e, "KOLO_WORKER_ID is set but KOLO_STORE_ADDR is not");
+  // A fixed-size kolorun rank is no elastic worker, whatever else is set.
+  e.insert({{"KOLO_RANK", "1"}, {"KOLO_SIZE", "2"}, {"KOLO_STORE_ADDR", "h0:31000"}});
+  EXPECT_EQ(discover(e).worker_id, "");
+}
+
 TEST(Discover, StoreAddressOverridesEveryLauncher) {
   Env e = slurm_env();
   e["KOLO_STORE_ADDR"] = "head:31000";
