@@ -105,6 +105,7 @@ struct DistributedOptimizer::Impl {
   std::vector<Param> params;
   std::vector<Bucket> buckets;
   NamedTensors buffers;  // broadcast from rank 0 each step (broadcast_buffers)
+  bool checks_buffers = false;  // the constructor checked them (given a module)
   detail::OverlapTrial overlap{false, true, 1};  // set by init()
 
   // Join: attached, and the number of ranks that train in the current step.
@@ -293,10 +294,14 @@ void DistributedOptimizer::Impl::reform(Communicator next) {
   synchronized = false;
   comm = std::move(next);
   start_trial();
-  // The new members must hold the same model, or the bucket allreduces would not match.
+  // The same checks, in the same order, as a newcomer's constructor makes
+  // (params[] is in reverse registration order), so that survivors and
+  // newcomers take part in the same collectives.
   NamedTensors trainable;
-  for (const auto& p : params) trainable.emplace_back(p.name, p.tensor);
-  detail::check_same_tensors(comm, trainable, buffers, 0, "DistributedOptimizer::reform");
+  for (auto it = params.rbegin(); it != params.rend(); ++it) trainable.emplace_back(it->name, it->tensor);
+  detail::check_same_tensors(comm, trainable, {}, 0, "DistributedOptimizer");
+  if (checks_buffers)
+    detail::check_same_tensors(comm, {}, buffers, 0, "DistributedOptimizer (broadcast_buffers)");
 }
 
 void DistributedOptimizer::Impl::on_grad(std::size_t i, bool sparse) {
@@ -563,6 +568,7 @@ DistributedOptimizer::DistributedOptimizer(Communicator comm, const ::torch::nn:
   if (options.broadcast_buffers) {
     for (const auto& item : module.named_buffers()) impl_->buffers.emplace_back(item.key(), item.value());
     // The buffer broadcasts must match on every rank.
+    impl_->checks_buffers = true;
     detail::check_same_tensors(impl_->comm, {}, impl_->buffers, 0, "DistributedOptimizer (broadcast_buffers)");
   }
 }
