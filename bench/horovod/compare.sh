@@ -8,6 +8,11 @@
 #                                   every case once: checks that everything runs; writes nothing
 #   bench/horovod/compare.sh [...] -- ARGS        ARGS go to hvd_compare.py (--help lists them:
 #                                   --parts, --systems, --np, --reps, --tuned, ...)
+#   bench/horovod/compare.sh --no-hosts [...]     without the 2-emulated-hosts case
+#
+# Then, as root and unless --no-hosts or ARGS are given, bench/horovod/hosts.sh (same build,
+# same Horovod, --quick with --quick): 2 emulated hosts x 2 ranks, its own results file. So one
+# command runs the whole comparison.
 #
 # Cases, each for kolo (kolorun) and Horovod's Gloo and MPI controllers (horovodrun), each of
 # those with Horovod's defaults and with its documented tuning:
@@ -20,8 +25,7 @@
 #     snapshot at run time, never committed), --no-cuda, mobilenet_v3_small, 2 and 4 ranks
 # First one 8-byte allreduce per launcher (a stale kolo build stops the run there).
 # Interleaved: each repetition runs every system once per case, the order of the systems
-# rotating; medians; ratios of same-run medians. The 2-emulated-hosts case is
-# bench/horovod/hosts.sh (when present).
+# rotating; medians; ratios of same-run medians.
 #
 # Environment (all optional):
 #   KOLO_BUILD      kolo build dir (default: the argument, else build/); needs
@@ -35,11 +39,12 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE=$ROOT/bench/horovod
-QUICK=0 WRITE=1 args=() extra=()
+QUICK=0 WRITE=1 HOSTS=1 args=() extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
     --no-write) WRITE=0 ;;
+    --no-hosts) HOSTS=0 ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -86,3 +91,17 @@ SNAP=$(snapshot_build "$BUILD") || { echo "compare.sh: cannot copy $BUILD's kolo
 trap 'rm -rf "$SNAP"' EXIT
 KOLO_BUILD_LABEL="a copy of $(realpath --relative-to="$ROOT" "$BUILD")" \
   /usr/bin/python3 "$HERE/hvd_compare.py" "${opts[@]}" --build "$SNAP" --command "$cmdline" "${extra[@]}"
+rc=$?
+[ ${#extra[@]} -eq 0 ] || HOSTS=0   # a chosen part or system: only what was asked
+if [ "$HOSTS" = 1 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "compare.sh: the 2-emulated-hosts case (bench/horovod/hosts.sh) needs root (network namespaces): left out" >&2
+  else
+    hargs=()
+    [ "$QUICK" = 1 ] && hargs+=(--quick)
+    [ "$WRITE" = 1 ] || hargs+=(--no-write)
+    echo "compare.sh: the 2-emulated-hosts case: bench/horovod/hosts.sh ${hargs[*]}" >&2
+    HOROVOD_VENV=$VENV "$HERE/hosts.sh" "${hargs[@]}" "$BUILD" || rc=1
+  fi
+fi
+exit $rc
