@@ -17,7 +17,9 @@ same files for all systems. One BLAS/OpenMP thread per rank everywhere.
 
 Parts (--parts, default all):
   step       bench/python/horovod_step.py (Fashion-MNIST step with hvd.DistributedOptimizer),
-             MODEL mlp and cnn, at each --np; samples/s
+             MODEL mlp and cnn, at each --np; samples/s. With --ceiling also the machine's
+             ceiling: N independent 1-rank runs of the same program at once (no communication,
+             no waiting for a peer: what no implementation can beat), in the same rotation
   allreduce  hvd.allreduce_ f32 sum in place (hvd_allreduce.py), --sizes, at each --np; time
   startup    launcher start to the first collective done on rank 0, at 2 ranks: kolorun vs
              horovodrun --gloo / --mpi (tuning plays no part there); seconds
@@ -142,6 +144,29 @@ class Runner:
             return None
         return out, wall, t_launch
 
+    def run_apart(self, n, prog, extra_env, what):
+        """N independent 1-rank kolo runs of `prog` at once; their outputs, or None on a failure."""
+        procs = []
+        for _ in range(n):
+            argv, env = self.command("kolo", 1, prog, extra_env)
+            procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True, start_new_session=True, cwd=REPO))
+        outs, failed = [], False
+        for p in procs:
+            try:
+                out, _ = p.communicate(timeout=self.a.timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                out, _ = p.communicate()
+                p.returncode = 124
+            outs.append(out)
+            if p.returncode != 0:
+                failed = True
+                msg = f"ceiling n={n} {what}: a 1-rank run exited {p.returncode}\n" + "\n".join(out.splitlines()[-25:])
+                log("FAILED " + msg)
+                self.failures.append(msg)
+        return None if failed else outs
+
 
 def rotated(systems, rep):
     k = rep % len(systems)
@@ -182,6 +207,7 @@ def main():
     ap.add_argument("--parts", default="step,allreduce,startup,timeline,synthetic")
     ap.add_argument("--np", default="2,4", help="rank counts for step, allreduce, synthetic")
     ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--ceiling", action="store_true", help="step: also N independent 1-rank runs at once")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch", type=int, default=32)
@@ -304,9 +330,19 @@ def main():
         if "step" in parts:
             for model in a.models.split(","):
                 for n in nps:
-                    for s in rotated(systems, rep):
-                        r = R.run(s, n, [os.path.join(REPO, "bench", "python", "horovod_step.py")],
-                                  dict(MODEL=model, STEPS=str(a.steps), BATCH=str(a.batch)), f"step {model}")
+                    for s in rotated(systems + (["ceiling"] if a.ceiling else []), rep):
+                        step_prog = [os.path.join(REPO, "bench", "python", "horovod_step.py")]
+                        step_env = dict(MODEL=model, STEPS=str(a.steps), BATCH=str(a.batch))
+                        if s == "ceiling":
+                            t_c = time.time()
+                            outs = R.run_apart(n, step_prog, step_env, f"step {model}")
+                            got = [re.search(r"samples_per_s=(\d+)", o) for o in outs or []]
+                            v = sum(float(m.group(1)) for m in got) if outs and all(got) else NAN
+                            record("step", (model, n), s, rep, v)
+                            log(f"  step {model} n={n} ceiling ({n} x 1 rank at once): {v:.0f} samples/s "
+                                f"(runs {time.time() - t_c:.0f} s)")
+                            continue
+                        r = R.run(s, n, step_prog, step_env, f"step {model}")
                         m = r and re.search(r"samples_per_s=(\d+)", r[0])
                         v = float(m.group(1)) if m else NAN
                         if r and not m:
@@ -404,7 +440,7 @@ def main():
         say(f"Fashion-MNIST, batch {a.batch}/rank, {a.steps} timed steps after 5 warm-up steps; "
             "mlp 784-4096-4096-10 (20.3 M parameters), cnn conv32-conv64-fc128 (1.2 M).")
         say()
-        rows = []
+        rows, ceilings = [], []
         for model in a.models.split(","):
             for n in nps:
                 row = {s: med(results.get(("step", (model, n)), {}).get(s, [])) for s in systems}
@@ -412,12 +448,26 @@ def main():
                 ratio = row.get("kolo", NAN) / b if b == b else NAN
                 rows.append((f"{model} | {n}", row, ".0f", bs, ratio))
                 goal = {"mlp": 1.3, "cnn": 1.1}.get(model)
+                c = med(results.get(("step", (model, n)), {}).get("ceiling", [])) if a.ceiling else NAN
+                if a.ceiling:
+                    ceilings.append(f"| {model} | {n} | {fmt(c, '.0f')} | {fmt(row.get('kolo', NAN) / c * 100, '.0f')} % | "
+                                    f"{fmt(b / c * 100, '.0f')} % ({bs}) | {xr(c / b)} |")
                 if n == 2 and goal and "kolo" in systems:
                     goals.append(f"- {model} step at 2 ranks, kolo / best Horovod (goal ≥ {goal}×): "
                                  f"{xr(ratio)} ({bs}): "
-                                 + ("met" if ratio == ratio and ratio >= goal else "NOT met"))
+                                 + ("met" if ratio == ratio and ratio >= goal else "NOT met")
+                                 + (f"; the ceiling is {xr(c / b)} best Horovod" if c == c and b == b else ""))
         systems_table("model", "kolo / best Horovod", rows)
         say()
+        if ceilings:
+            say(f"Ceiling: N independent 1-rank runs of the same program at once, samples/s summed (no "
+                "communication and no waiting for a peer; what no implementation can beat on this machine):")
+            say()
+            say("| model | ranks | ceiling | kolo, % of ceiling | best Horovod, % of ceiling | ceiling / best Horovod |")
+            say("|---|---|---|---|---|---|")
+            for line in ceilings:
+                say(line)
+            say()
 
     if "allreduce" in parts:
         say("## `hvd.allreduce_` f32 sum in place (`bench/horovod/hvd_allreduce.py`), µs per call, lower is better")
