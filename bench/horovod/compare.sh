@@ -16,7 +16,8 @@
 #
 # Cases, each for kolo (kolorun) and Horovod's Gloo and MPI controllers (horovodrun), each of
 # those with Horovod's defaults and with its documented tuning:
-#   - bench/python/horovod_step.py: the MLP and CNN step, 2 and 4 ranks (samples/s)
+#   - bench/python/horovod_step.py: the MLP and CNN step, 2 and 4 ranks (samples/s), beside
+#     the ceiling (N independent 1-rank runs of it at once)
 #   - hvd.allreduce_ 8 B, 1, 64, 256 MiB, 2 and 4 ranks (time per call)
 #   - start-up to the first collective: kolorun -np 2 vs horovodrun -np 2 --gloo / --mpi
 #   - timeline cost: the MLP step and the 8 B allreduce at 2 ranks, KOLO_TIMELINE /

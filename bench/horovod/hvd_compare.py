@@ -17,7 +17,7 @@ same files for all systems. One BLAS/OpenMP thread per rank everywhere.
 
 Parts (--parts, default all):
   step       bench/python/horovod_step.py (Fashion-MNIST step with hvd.DistributedOptimizer),
-             MODEL mlp and cnn, at each --np; samples/s. With --ceiling also the machine's
+             MODEL mlp and cnn, at each --np; samples/s; also (unless --no-ceiling) the machine's
              ceiling: N independent 1-rank runs of the same program at once (no communication,
              no waiting for a peer: what no implementation can beat), in the same rotation
   allreduce  hvd.allreduce_ f32 sum in place (hvd_allreduce.py), --sizes, at each --np; time
@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -56,6 +57,8 @@ from compare import machine, torch_of  # noqa: E402  (bench/torch/compare.py)
 ALL_SYSTEMS = ["kolo", "hvd-gloo", "hvd-gloo-tuned", "hvd-mpi", "hvd-mpi-tuned"]
 DOC_TUNED = "HOROVOD_FUSION_THRESHOLD=33554432 HOROVOD_CYCLE_TIME=3.5"
 NAN = float("nan")
+SYNTH_PATH = "examples/pytorch/pytorch_synthetic_benchmark.py"
+SYNTH_URL = "https://raw.githubusercontent.com/horovod/horovod/{ref}/" + SYNTH_PATH
 
 
 def log(msg):
@@ -168,6 +171,32 @@ class Runner:
         return None if failed else outs
 
 
+def synthetic_script(a):
+    """Horovod's synthetic benchmark, never committed here (nor in Horovod's sdist): --synthetic-script,
+    else REF of the --horovod-git snapshot, else downloaded from GitHub at REF.
+    (path, where it came from, None), or (None, None, why not)."""
+    if a.synthetic_script:
+        return a.synthetic_script, a.synthetic_script, None
+    tmp = tempfile.mkdtemp(prefix="kolo-hvd-synth.")
+    atexit.register(shutil.rmtree, tmp, True)
+    src = subprocess.run(["git", f"--git-dir={a.horovod_git}", "show", f"{a.horovod_ref}:{SYNTH_PATH}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if src.returncode == 0:
+        text, where = src.stdout, f"{a.horovod_git} at {a.horovod_ref}"
+    else:
+        url = SYNTH_URL.format(ref=a.horovod_ref)
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                text, where = r.read().decode(), url
+        except Exception as e:  # no snapshot and no GitHub: the part is left out, the rest runs
+            return None, None, (f"`git show {a.horovod_ref}:{SYNTH_PATH}` of {a.horovod_git}: "
+                                f"{src.stderr.strip() or 'failed'}; {url}: {e}")
+    path = os.path.join(tmp, os.path.basename(SYNTH_PATH))
+    with open(path, "w") as f:
+        f.write(text)
+    return path, where, None
+
+
 def rotated(systems, rep):
     k = rep % len(systems)
     return systems[k:] + systems[:k]
@@ -207,7 +236,8 @@ def main():
     ap.add_argument("--parts", default="step,allreduce,startup,timeline,synthetic")
     ap.add_argument("--np", default="2,4", help="rank counts for step, allreduce, synthetic")
     ap.add_argument("--models", default="mlp,cnn")
-    ap.add_argument("--ceiling", action="store_true", help="step: also N independent 1-rank runs at once")
+    ap.add_argument("--no-ceiling", dest="ceiling", action="store_false",
+                    help="step: leave out the ceiling (N independent 1-rank runs at once)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch", type=int, default=32)
@@ -296,21 +326,12 @@ def main():
         raw.append(f"{part} {case} {system} rep={rep} {value:.6g}")
 
     # ---------------------------------------------------------------- parts
-    synth_script = None
+    synth_script = synth_from = synth_missing = None
     if "synthetic" in parts:
-        synth_script = a.synthetic_script
-        if not synth_script:
-            tmp = tempfile.mkdtemp(prefix="kolo-hvd-synth.")
-            atexit.register(shutil.rmtree, tmp, True)
-            synth_script = os.path.join(tmp, "pytorch_synthetic_benchmark.py")
-            src = subprocess.run(["git", f"--git-dir={a.horovod_git}", "show",
-                                  f"{a.horovod_ref}:examples/pytorch/pytorch_synthetic_benchmark.py"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            if src.returncode != 0:
-                sys.exit(f"compare: cannot take the synthetic benchmark from {a.horovod_git}: {src.stderr.strip()} "
-                         "(give --synthetic-script, or --parts without synthetic)")
-            with open(synth_script, "w") as f:
-                f.write(src.stdout)
+        synth_script, synth_from, synth_missing = synthetic_script(a)
+        if synth_missing:
+            log(f"Horovod's synthetic benchmark left out (give --synthetic-script FILE): {synth_missing}")
+            parts.remove("synthetic")
 
     ar_sizes = [int(s) for s in a.sizes.split()]
     it_small, it_mid, it_big = a.iters.split(",")
@@ -533,7 +554,7 @@ def main():
             "higher is better")
         say()
         say(f"`--no-cuda --model {a.synthetic_model} {a.synthetic_args}` (resnet50, its default, is too slow on "
-            "this machine); the script is taken from Horovod's repository at run time and runs unmodified on both.")
+            f"this machine); the script is taken at run time from {synth_from} and runs unmodified on both.")
         say()
         rows = []
         for n in nps:
@@ -542,6 +563,13 @@ def main():
             ratio = row.get("kolo", NAN) / b if b == b else NAN
             rows.append((f"{a.synthetic_model} | {n}", row, ".1f", bs, ratio))
         systems_table("model", "kolo / best Horovod", rows)
+        say()
+
+    if synth_missing:
+        say("## Horovod's `examples/pytorch/pytorch_synthetic_benchmark.py`: left out")
+        say()
+        say(f"Neither a Horovod snapshot nor GitHub could be read ({synth_missing}); "
+            "`compare.sh -- --synthetic-script FILE` runs it from a copy.")
         say()
 
     if goals:
