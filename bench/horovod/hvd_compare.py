@@ -4,7 +4,7 @@ compare.sh; run that.
 
 Systems (every program is started the way its users start it):
   kolo            kolorun -np N /usr/bin/python3 ...           (PYTHONPATH=BUILD/python)
-  hvd-gloo        horovodrun -np N -H localhost:N --gloo VENV/bin/python ...
+  hvd-gloo        horovodrun -np N -H 127.0.0.1:N --gloo VENV/bin/python ...
   hvd-gloo-tuned  the same with the tuning env (--tuned, default Horovod's documented
                   values HOROVOD_FUSION_THRESHOLD=33554432 HOROVOD_CYCLE_TIME=3.5)
   hvd-mpi         horovodrun ... --mpi (Debian's Open MPI 4.1; OMPI_ALLOW_RUN_AS_ROOT
@@ -95,7 +95,9 @@ class Runner:
     def command(self, system, n, prog, extra_env=None):
         """(argv, env) to run `prog` (argv of a Python program) on N ranks of `system`."""
         env = dict(self.base_env, **(extra_env or {}))
-        hosts = self.a.hosts or f"localhost:{n}"
+        # 127.0.0.1, not "localhost": horovodrun ssh-es to every host whose name does not resolve to
+        # one of this machine's addresses, and a bare root (debootstrap) has no /etc/hosts at all.
+        hosts = self.a.hosts or f"127.0.0.1:{n}"
         if system == "kolo":
             env["PYTHONPATH"] = os.path.abspath(os.path.join(self.a.build, "python")) + (
                 os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
