@@ -102,7 +102,8 @@ if [ "$HOSTS" = 1 ]; then
     [ "$QUICK" = 1 ] && hargs+=(--quick)
     [ "$WRITE" = 1 ] || hargs+=(--no-write)
     echo "compare.sh: the 2-emulated-hosts case: bench/horovod/hosts.sh ${hargs[*]}" >&2
-    HOROVOD_VENV=$VENV "$HERE/hosts.sh" "${hargs[@]}" "$BUILD" || rc=1
+    # Its own results file: OUT, if set, named this script's.
+    env -u OUT HOROVOD_VENV="$VENV" "$HERE/hosts.sh" "${hargs[@]}" "$BUILD" || rc=1
   fi
 fi
 exit $rc
