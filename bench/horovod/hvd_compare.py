@@ -42,6 +42,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -337,6 +338,17 @@ def main():
 
     ar_sizes = [int(s) for s in a.sizes.split()]
     it_small, it_mid, it_big = a.iters.split(",")
+
+    if not a.hosts and any(x.startswith("hvd-gloo") for x in systems):
+        # Horovod 0.28.1's Gloo ranks die of SIGSEGV, saying nothing, on a machine whose own name does not
+        # resolve (seen in a bare debootstrap root: an empty /etc/hosts); say so instead.
+        name = socket.gethostname()
+        try:
+            socket.gethostbyname(name)
+        except OSError as e:
+            sys.exit(f"compare: this machine's name '{name}' does not resolve ({e}), and Horovod 0.28.1's Gloo "
+                     f"controller crashes (SIGSEGV) on such a machine; add '127.0.1.1 {name}' to /etc/hosts "
+                     "(as Debian's installer does), or leave Gloo out: -- --systems kolo,hvd-mpi,hvd-mpi-tuned")
 
     if not a.no_preflight:
         # One 8-byte allreduce per launcher first: a broken build (a stale kolo._C, a Horovod without a
