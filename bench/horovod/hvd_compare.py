@@ -132,15 +132,8 @@ class Runner:
         """Runs it; (stdout+stderr, seconds from start to exit, launch epoch) or None on failure."""
         argv, env = self.command(system, n, prog, extra_env)
         t_launch = time.time()
-        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True, cwd=REPO)
-        try:
-            out, _ = p.communicate(timeout=self.a.timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            out, _ = p.communicate()
-            out += f"\n[timed out after {self.a.timeout}s]"
-            p.returncode = 124
+        p = self.start(argv, env)
+        out = self.finish(p)
         wall = time.time() - t_launch
         if p.returncode != 0:
             tail = "\n".join(out.splitlines()[-25:])
@@ -150,21 +143,28 @@ class Runner:
             return None
         return out, wall, t_launch
 
+    @staticmethod
+    def start(argv, env):
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True, cwd=REPO)
+
+    def finish(self, p):
+        """Its stdout+stderr once it exits; after --timeout seconds its process group is killed (exit 124)."""
+        try:
+            out, _ = p.communicate(timeout=self.a.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            out += f"\n[timed out after {self.a.timeout}s]"
+            p.returncode = 124
+        return out
+
     def run_apart(self, n, prog, extra_env, what):
         """N independent 1-rank kolo runs of `prog` at once; their outputs, or None on a failure."""
-        procs = []
-        for _ in range(n):
-            argv, env = self.command("kolo", 1, prog, extra_env)
-            procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True, start_new_session=True, cwd=REPO))
+        procs = [self.start(*self.command("kolo", 1, prog, extra_env)) for _ in range(n)]
         outs, failed = [], False
         for p in procs:
-            try:
-                out, _ = p.communicate(timeout=self.a.timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                out, _ = p.communicate()
-                p.returncode = 124
+            out = self.finish(p)
             outs.append(out)
             if p.returncode != 0:
                 failed = True
@@ -364,10 +364,10 @@ def main():
         log(f"repetition {rep + 1}/{a.reps}, load {os.getloadavg()[0]:.2f}")
         if "step" in parts:
             for model in a.models.split(","):
+                step_prog = [os.path.join(REPO, "bench", "python", "horovod_step.py")]
+                step_env = dict(MODEL=model, STEPS=str(a.steps), BATCH=str(a.batch))
                 for n in nps:
                     for s in rotated(systems + (["ceiling"] if a.ceiling else []), rep):
-                        step_prog = [os.path.join(REPO, "bench", "python", "horovod_step.py")]
-                        step_env = dict(MODEL=model, STEPS=str(a.steps), BATCH=str(a.batch))
                         if s == "ceiling":
                             t_c = time.time()
                             outs = R.run_apart(n, step_prog, step_env, f"step {model}")
