@@ -26,7 +26,16 @@ restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])  # this node's agent's c
 dist.init_process_group("kolo")
 rank, size = dist.get_rank(), dist.get_world_size()
 assert dist.get_backend() == "kolo", dist.get_backend()
-print(f"start restart {restart} rank {rank} of {size}", flush=True)
+
+
+def say(line):
+    # One write(2) per line: the ranks of a node share the agent's log file, and
+    # print() under an unbuffered stdout writes the text and its newline apart,
+    # so two ranks' lines could interleave ("step 10restart 0 rank 1 ... \n\n").
+    os.write(1, (line + "\n").encode())
+
+
+say(f"start restart {restart} rank {rank} of {size}")
 
 
 def step():
@@ -46,19 +55,19 @@ if mode == "fail-once":
     b = torch.tensor([restart if rank == 0 else -1], dtype=torch.int64)
     dist.broadcast(b, 0)
     assert b.item() == restart, b
-    print(f"restart {restart} rank {rank} of {size}: OK", flush=True)
+    say(f"restart {restart} rank {rank} of {size}: OK")
 elif mode == "follow":
     done_after = None
     for n in range(1, 100000):
         step()
         if n % 10 == 0:
-            print(f"restart {restart} rank {rank} of {size} step {n}", flush=True)
+            say(f"restart {restart} rank {rank} of {size} step {n}")
         if done_after is None and size == 2 and os.path.exists(os.path.join(out_dir, "after-kill")):
             done_after = n + 20
         if n == done_after:
             break
         time.sleep(0.05)
-    print(f"done rank {rank} of {size}", flush=True)
+    say(f"done rank {rank} of {size}")
 else:
     sys.exit(f"unknown mode {mode}")
 dist.destroy_process_group()
