@@ -9,8 +9,10 @@
 #   torch      reform with kolo_torch (WORKER is torch_elastic_worker): 3 workers
 #              train, the one on 127.0.0.1 is SIGKILLed; the survivors restore
 #              the commit, reform the DistributedOptimizer, reshard the sampler
-#              and finish on 2; the replay finds every sample once per epoch
-#              and the parameters of one process trained on the same batches
+#              and train on 2; the host is listed again and its new worker
+#              joins mid-epoch (generation 2, 3 workers) and they finish; the
+#              replay finds every sample once per epoch, 3 world sizes, and
+#              the parameters of one process trained on the same batches
 #   min-np     --min-np 2, one of 2 workers killed, the host never listed
 #              again: exit 1 after --elastic-timeout, naming it; nothing left
 #   discovery  a first run that fails or prints junk: exit 1, nothing started;
@@ -94,20 +96,36 @@ reform)
 torch)
   printf 'localhost:2\n127.0.0.1:1\n' > "$D/hosts"
   start --min-np 2 --max-np 3 --host-discovery-script "$D/discover.sh" --elastic-timeout 60 --timeout 240 \
-    "$WORKER" "$D"
+    "$WORKER" "$D" --hold-for-join
   wait_for 'generation 0: 3 workers \(localhost: 0, 1; 127.0.0.1: 2\)'
   wait_for '^\[2\] step 10 gen 0 rank 2 size 3$' 120
   kill -KILL "$(worker_pid 2)"
   wait_for 'generation 1: 2 workers \(localhost: 0, 1\)'
+  wait_for '^\[0\] step [0-9]+ gen 1 rank 0 size 2$'
+  printf 'localhost:2\n' > "$D/hosts"
+  sleep 2.5  # one discovery run without the host: it may come back
+  printf 'localhost:2\n127.0.0.1:1\n' > "$D/hosts"
+  wait_for 'generation 2: 3 workers \(localhost: 0, 1; 127.0.0.1: 3\)'
   finish
   [ "$RC" = 0 ] || fail "kolorun exited $RC, want 0"
   for w in 0 1; do
     grep -Eq "^\[$w\] recovering: .*rank 2 .*died" "$D/out" || fail "worker $w did not see rank 2 die"
     grep -Eq "^\[$w\] re-formed: gen 1 rank [01] size 2, epoch 0 from sample [0-9]+" "$D/out" ||
       fail "worker $w did not re-form as one of 2"
+    grep -q "^\[$w\] recovering: hosts updated" "$D/out" || fail "worker $w did not re-form for the new host"
+    grep -Eq "^\[$w\] re-formed: gen 2 rank [01] size 3, " "$D/out" || fail "worker $w did not re-form as one of 3"
   done
+  # The newcomer starts where the others are: rank 0's commit, not the start.
+  joined=$(sed -n 's/^\[3\] joined: gen 2 rank 2 size 3, epoch \([0-9]*\) from sample \([0-9]*\), step \([0-9]*\)$/\1 \2 \3/p' "$D/out")
+  [ -n "$joined" ] || fail "worker 3 did not join as rank 2 of 3"
+  read -r e p k <<< "$joined"
+  [ "$k" -gt 10 ] || fail "worker 3 joined at step $k, not at the committed step"
+  grep -Eq "^\[0\] re-formed: gen 2 rank 0 size 3, epoch $e from sample $p$" "$D/out" ||
+    fail "worker 3 joined at epoch $e sample $p, not where rank 0 re-formed"
+  grep -Eq "^\[3\] step $((k + 1)) gen 2 rank 2 size 3$" "$D/out" || fail "worker 3 did not train from step $((k + 1))"
+  grep -Eq '^\[3\] done: [0-9]+ steps$' "$D/out" || fail "worker 3 did not finish"
   "$WORKER" "$D" --replay > "$D/replay" 2>&1 || fail "$(cat "$D/replay")"
-  grep -q '^replay: OK: .* 2 world sizes, ' "$D/replay" || fail "replay: $(cat "$D/replay")"
+  grep -q '^replay: OK: .* 3 world sizes, ' "$D/replay" || fail "replay: $(cat "$D/replay")"
   cat "$D/replay"
   ;;
 min-np)

@@ -1,21 +1,33 @@
 // kolo_torch in an elastic job (elastic_test.sh "torch"): a real training —
 // DistributedOptimizer, DistributedSampler — that survives a lost worker in
-// the same process, and a single-process replay that checks it.
+// the same process, takes in a worker that joins it, and a single-process
+// replay that checks it.
 //
-//   torch_elastic_worker DIR            under kolorun --min-np ...: trains
-//   torch_elastic_worker DIR --replay   alone: checks DIR's result
+//   torch_elastic_worker DIR [--hold-for-join]   under kolorun --min-np ...: trains
+//   torch_elastic_worker DIR --replay            alone: checks DIR's result
 //
 // Training: 480 samples of a fixed regression problem, an MLP in double,
 // SGD with momentum, batch 4 per rank, 2 epochs, a commit every 4 steps (the
 // parameters, the optimizer's state, the sampler's epoch and consumed(), the
-// step) kept in memory. When a collective fails, every survivor restores the
-// commit, forms the next communicator with kolo::init(), hands it to the
-// DistributedOptimizer (reform) and the sampler (reshard), syncs from rank 0
-// and goes on. Each step rank 0 gathers the step's sample indices; at the end
+// step count) kept in memory. When a collective fails, every survivor
+// restores the commit, forms the next communicator with kolo::init(), hands
+// it to the DistributedOptimizer (reform) and syncs. When kolorun has
+// published a newer generation (a worker joins; rank 0 looks after every
+// step and tells the others), every rank commits and does the same. A
+// newcomer constructs the optimizer and the sampler on the new communicator
+// — the constructor's collectives are reform's — and syncs with them: rank 0
+// broadcasts the parameters, the optimizer's state and the commit's epoch,
+// consumed() and step count, and the sampler deals the rest of the epoch
+// (reshard). Each step rank 0 gathers the step's sample indices; at the end
 // it writes DIR/committed.txt — per committed step "epoch E from P size S:
 // indices" — and DIR/params.txt.
 //
-// Replay: checks that committed.txt deals every epoch exactly once — the
+// --hold-for-join: in a world smaller than the first one, after 8 steps rank
+// 0 waits (up to 45 s) for a newer generation before going on, so the test's
+// newcomer joins before the training ends however slow this machine is.
+//
+// Replay: checks that committed.txt deals every epoch exactly once (and a
+// short last batch's padding as DistributedSampler pads) — the
 // steps' ranges [P, P + S·4) follow each other from 0 to 480, and each step's
 // indices are those positions of the epoch's order — then trains one process
 // on the same global batches (SGD on the mean over S·4 samples, which is what
@@ -108,10 +120,12 @@ void write_params(Net& net, const std::string& path) {
 }
 
 // A committed step: where in which epoch its global batch began, how many
-// ranks took part, and the samples they trained on (rank by rank).
+// ranks took part, where their sampler's deal began (0, or the reshard's
+// consumed), and the samples they trained on (rank by rank).
 struct Step {
   std::uint64_t epoch, from;
   int size;
+  std::uint64_t start;
   std::vector<std::int64_t> indices;
 };
 
@@ -119,20 +133,24 @@ struct Commit {
   std::vector<torch::Tensor> params;
   std::string optimizer;
   std::uint64_t epoch = 0, consumed = 0;
-  std::size_t steps = 0;  // committed steps (the log's length)
+  std::int64_t steps = 0;  // committed steps (rank 0's log's length)
 };
 
-int train(const std::string& dir) {
+struct HostsUpdated {};
+
+int train(const std::string& dir, bool hold_for_join) {
   kolo::Communicator comm = kolo::init();
+  const int first_size = comm.size();
   Net net = make_net();
   auto sgd = std::make_unique<torch::optim::SGD>(net->parameters(),
                                                  torch::optim::SGDOptions(kLr).momentum(kMomentum));
   torch::optim::SGD* inner = sgd.get();
   kolo::torch::DistributedOptimizer opt(comm, *net, std::move(sgd));
   kolo::torch::DistributedSampler sampler(comm, kSamples, {.shuffle = true, .seed = kSeed});
-  kolo::torch::broadcast_parameters(comm, *net);
 
   std::vector<Step> log;  // rank 0's; steps past the commit are dropped on recovery
+  std::int64_t steps = 0, steps_in_generation = 0;
+  std::uint64_t epoch = 0;
   Commit commit;
   auto take_commit = [&] {
     commit.params.clear();
@@ -140,10 +158,31 @@ int train(const std::string& dir) {
     commit.optimizer = save_optimizer(*inner);
     commit.epoch = sampler.epoch();
     commit.consumed = sampler.consumed();
-    commit.steps = log.size();
+    commit.steps = steps;
   };
-  take_commit();
-  std::uint64_t epoch = 0;
+  // Every member of a generation runs this, in the same order: the first
+  // ranks at the start, survivors after restoring the commit and reform(),
+  // a newcomer after its constructors. Rank 0's state goes to all.
+  auto sync = [&] {
+    kolo::torch::broadcast_parameters(comm, *net);
+    kolo::torch::broadcast_optimizer_state(comm, *inner);
+    std::int64_t at[3] = {static_cast<std::int64_t>(commit.epoch), static_cast<std::int64_t>(commit.consumed),
+                          commit.steps};
+    comm.broadcast(at, 3, kolo::DType::I64, 0);
+    sampler.reshard(comm, static_cast<std::uint64_t>(at[0]), static_cast<std::uint64_t>(at[1]));
+    epoch = static_cast<std::uint64_t>(at[0]);
+    steps = at[2];
+    steps_in_generation = 0;
+    take_commit();
+  };
+  take_commit();  // rank 0's is the one sync() hands out
+  sync();
+  if (kolo::elastic::generation(comm) > 0) {
+    std::printf("joined: gen %d rank %d size %d, epoch %llu from sample %llu, step %lld\n",
+                kolo::elastic::generation(comm), comm.rank(), comm.size(), static_cast<unsigned long long>(epoch),
+                static_cast<unsigned long long>(commit.consumed), static_cast<long long>(steps));
+    std::fflush(stdout);
+  }
   while (true) {
     try {
       for (; epoch < kEpochs; ++epoch) {
@@ -157,42 +196,56 @@ int train(const std::string& dir) {
           opt.step();
           std::vector<std::int64_t> mine(idx->begin(), idx->end()), all(mine.size() * comm.size());
           comm.allgather(mine.data(), all.data(), mine.size(), kolo::DType::I64);
-          log.push_back({epoch, from, comm.size(), all});
-          std::printf("step %zu gen %d rank %d size %d\n", log.size(), kolo::elastic::generation(comm),
-                      comm.rank(), comm.size());
+          if (comm.rank() == 0) log.push_back({epoch, from, comm.size(), sampler.state().start, all});
+          ++steps, ++steps_in_generation;
+          std::printf("step %lld gen %d rank %d size %d\n", static_cast<long long>(steps),
+                      kolo::elastic::generation(comm), comm.rank(), comm.size());
           std::fflush(stdout);
-          if (log.size() % kCommitEvery == 0) take_commit();
+          if (steps % kCommitEvery == 0) take_commit();
+          // Every rank must leave for a newer generation at the same step: rank 0 decides.
+          std::int64_t newer = 0;
+          if (comm.rank() == 0) {
+            const bool hold = hold_for_join && comm.size() < first_size && steps_in_generation >= 8;
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(hold ? 45 : 0);
+            while (!(newer = kolo::elastic::latest_generation(comm) > kolo::elastic::generation(comm)) &&
+                   std::chrono::steady_clock::now() < until)
+              std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+          comm.broadcast(&newer, 1, kolo::DType::I64, 0);
+          if (newer) {
+            take_commit();
+            throw HostsUpdated{};
+          }
           std::this_thread::sleep_for(std::chrono::milliseconds(30));
         }
         take_commit();  // the epoch's end
       }
       break;
+    } catch (const HostsUpdated&) {
+      std::printf("recovering: hosts updated\n");
     } catch (const kolo::Error& e) {
       std::printf("recovering: %s\n", e.what());
-      std::fflush(stdout);
-      {
-        torch::NoGradGuard no_grad;
-        auto params = net->parameters();
-        for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(commit.params[i]);
-      }
-      load_optimizer(*inner, commit.optimizer);
-      log.resize(commit.steps);
-      comm = kolo::init();  // the survivors' next generation
-      opt.reform(comm);
-      kolo::torch::broadcast_parameters(comm, *net);
-      kolo::torch::broadcast_optimizer_state(comm, *inner);
-      sampler.reshard(comm, commit.epoch, commit.consumed);
-      epoch = commit.epoch;
-      std::printf("re-formed: gen %d rank %d size %d, epoch %llu from sample %llu\n",
-                  kolo::elastic::generation(comm), comm.rank(), comm.size(),
-                  static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(commit.consumed));
-      std::fflush(stdout);
     }
+    std::fflush(stdout);
+    {
+      torch::NoGradGuard no_grad;
+      auto params = net->parameters();
+      for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(commit.params[i]);
+    }
+    load_optimizer(*inner, commit.optimizer);
+    if (comm.rank() == 0) log.resize(static_cast<std::size_t>(commit.steps));
+    comm = kolo::init();  // the survivors' (and newcomers') next generation
+    opt.reform(comm);
+    sync();
+    std::printf("re-formed: gen %d rank %d size %d, epoch %llu from sample %llu\n",
+                kolo::elastic::generation(comm), comm.rank(), comm.size(),
+                static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(commit.consumed));
+    std::fflush(stdout);
   }
   if (comm.rank() == 0) {
     std::ofstream out(dir + "/committed.txt.tmp");
     for (const auto& s : log) {
-      out << "epoch " << s.epoch << " from " << s.from << " size " << s.size << ":";
+      out << "epoch " << s.epoch << " from " << s.from << " size " << s.size << " start " << s.start << ":";
       for (auto i : s.indices) out << " " << i;
       out << "\n";
     }
@@ -201,7 +254,7 @@ int train(const std::string& dir) {
     std::rename((dir + "/committed.txt.tmp").c_str(), (dir + "/committed.txt").c_str());
     std::rename((dir + "/params.txt.tmp").c_str(), (dir + "/params.txt").c_str());
   }
-  std::printf("done: %zu steps\n", log.size());
+  std::printf("done: %lld steps\n", static_cast<long long>(steps));
   return 0;
 }
 
@@ -217,14 +270,16 @@ int replay(const std::string& dir) {
   for (std::string line; std::getline(in, line);) {
     Step s{};
     char colon = 0;
-    std::string w1, w2, w3;
+    std::string w1, w2, w3, w4;
     std::istringstream ls(line);
-    ls >> w1 >> s.epoch >> w2 >> s.from >> w3 >> s.size >> colon;
+    ls >> w1 >> s.epoch >> w2 >> s.from >> w3 >> s.size >> w4 >> s.start >> colon;
     for (std::int64_t i; ls >> i;) s.indices.push_back(i);
     steps.push_back(std::move(s));
   }
   // Exactly once: the global batches of each epoch tile [0, 480) in order,
-  // and each holds the samples at those positions of the epoch's order.
+  // and each holds the samples at those positions of the epoch's order. A
+  // deal whose ranks do not divide what is left pads its last batch, as
+  // DistributedSampler does: position q >= 480 repeats the deal's q - 480th.
   std::uint64_t epoch = 0, at = 0;
   int sizes_seen = 0, last_size = 0;
   for (std::size_t k = 0; k < steps.size(); ++k) {
@@ -238,17 +293,21 @@ int replay(const std::string& dir) {
       return fail("step " + std::to_string(k + 1) + " begins at " + std::to_string(s.from) + ", not " +
                   std::to_string(at));
     const auto order = kolo::torch::shuffled_indices(kSamples, kSeed, s.epoch);
-    const std::size_t n = s.indices.size();
-    if (n != kBatch * static_cast<std::size_t>(s.size) || s.from + n > kSamples)
+    const std::size_t n = s.indices.size(), size = static_cast<std::size_t>(s.size);
+    // Each rank's shard has ceil(left / size) samples left; a batch takes up to kBatch.
+    const std::size_t per = s.from < kSamples ? std::min(kBatch, (kSamples - s.from + size - 1) / size) : 0;
+    if (per == 0 || n != per * size || s.start > s.from || (s.from - s.start) % size != 0)
       return fail("step " + std::to_string(k + 1) + " has " + std::to_string(n) + " samples from " +
-                  std::to_string(s.from));
-    // Rank r's j-th sample sits at position from + j·size + r of the order.
-    for (int r = 0; r < s.size; ++r)
-      for (std::size_t j = 0; j < kBatch; ++j)
-        if (static_cast<std::size_t>(s.indices[r * kBatch + j]) != order[s.from + j * s.size + r])
+                  std::to_string(s.from) + " (deal from " + std::to_string(s.start) + ")");
+    // Rank r's j-th sample sits at position q = from + j·size + r of the order.
+    for (std::size_t r = 0; r < size; ++r)
+      for (std::size_t j = 0; j < per; ++j) {
+        const std::size_t q = s.from + j * size + r;
+        if (static_cast<std::size_t>(s.indices[r * per + j]) != order[q < kSamples ? q : s.start + q - kSamples])
           return fail("step " + std::to_string(k + 1) + ": rank " + std::to_string(r) +
                       " trained on the wrong sample");
-    at += n;
+      }
+    at = std::min(kSamples, s.from + n);
     if (s.size != last_size) ++sizes_seen, last_size = s.size;
   }
   if (epoch + 1 != kEpochs || at != kSamples) return fail("the log ends in epoch " + std::to_string(epoch) + " at " + std::to_string(at));
@@ -272,7 +331,7 @@ int replay(const std::string& dir) {
   if (count != expected)
     return fail("params.txt holds " + std::to_string(count) + " values");
   if (worst > 1e-9) return fail("the parameters differ from the replay by " + std::to_string(worst));
-  std::printf("replay: OK: %zu committed steps, %d world sizes, every sample once per epoch, "
+  std::printf("replay: OK: %zu committed steps, %d world sizes, every sample once per epoch (and the padding), "
               "parameters within %.1e of one process\n",
               steps.size(), sizes_seen, worst);
   return 0;
@@ -282,7 +341,7 @@ int replay(const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: torch_elastic_worker DIR [--replay]\n");
+    std::fprintf(stderr, "usage: torch_elastic_worker DIR [--replay | --hold-for-join]\n");
     return 2;
   }
   torch::set_num_threads(1);
@@ -290,7 +349,7 @@ int main(int argc, char** argv) {
     if (argc > 2 && std::string(argv[2]) == "--replay") return replay(argv[1]);
     std::printf("pid %d worker %s\n", static_cast<int>(getpid()), std::getenv("KOLO_WORKER_ID") ?: "-");
     std::fflush(stdout);
-    return train(argv[1]);
+    return train(argv[1], argc > 2 && std::string(argv[2]) == "--hold-for-join");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "torch_elastic_worker: %s\n", e.what());
     return 1;
