@@ -13,6 +13,8 @@
 #              joins mid-epoch (generation 2, 3 workers) and they finish; the
 #              replay finds every sample once per epoch, 3 world sizes, and
 #              the parameters of one process trained on the same batches
+#   torch-rank0  the same, but the host lost and listed again is rank 0's:
+#              the newcomer is rank 0 and gets the state from rank 1
 #   min-np     --min-np 2, one of 2 workers killed, the host never listed
 #              again: exit 1 after --elastic-timeout, naming it; nothing left
 #   discovery  a first run that fails or prints junk: exit 1, nothing started;
@@ -93,36 +95,45 @@ reform)
   first3=$(sed -n 's/^\[3\] step \([0-9]*\) .*/\1/p' "$D/out" | head -1)
   [ "${first3:-0}" -gt 30 ] || fail "worker 3 started at step ${first3:-none}, not at the committed step"
   ;;
-torch)
-  printf 'localhost:2\n127.0.0.1:1\n' > "$D/hosts"
+torch | torch-rank0)
+  # torch: the host listed last is lost and comes back (its newcomer is rank 2);
+  # torch-rank0: the host listed first (rank 0's) — the newcomer is rank 0 and
+  # the state comes from rank 1, the lowest that held it.
+  if [ "$CASE" = torch ]; then
+    hosts='localhost:2\n127.0.0.1:1\n' lost=2 survivors='0 1' newrank=2 ranks2='[01]'
+    gen0='localhost: 0, 1; 127.0.0.1: 2' gen1='localhost: 0, 1' gen2='localhost: 0, 1; 127.0.0.1: 3'
+  else
+    hosts='127.0.0.1:1\nlocalhost:2\n' lost=0 survivors='1 2' newrank=0 ranks2='[12]'
+    gen0='127.0.0.1: 0; localhost: 1, 2' gen1='localhost: 1, 2' gen2='127.0.0.1: 3; localhost: 1, 2'
+  fi
+  printf "$hosts" > "$D/hosts"
   start --min-np 2 --max-np 3 --host-discovery-script "$D/discover.sh" --elastic-timeout 60 --timeout 240 \
     "$WORKER" "$D" --hold-for-join
-  wait_for 'generation 0: 3 workers \(localhost: 0, 1; 127.0.0.1: 2\)'
-  wait_for '^\[2\] step 10 gen 0 rank 2 size 3$' 120
-  kill -KILL "$(worker_pid 2)"
-  wait_for 'generation 1: 2 workers \(localhost: 0, 1\)'
-  wait_for '^\[0\] step [0-9]+ gen 1 rank 0 size 2$'
+  wait_for "generation 0: 3 workers \\($gen0\\)"
+  wait_for "^\\[$lost\\] step 10 gen 0 rank $lost size 3\$" 120
+  kill -KILL "$(worker_pid $lost)"
+  wait_for "generation 1: 2 workers \\($gen1\\)"
+  wait_for "^\\[${survivors%% *}\\] step [0-9]+ gen 1 rank 0 size 2\$"
   printf 'localhost:2\n' > "$D/hosts"
   sleep 2.5  # one discovery run without the host: it may come back
-  printf 'localhost:2\n127.0.0.1:1\n' > "$D/hosts"
-  wait_for 'generation 2: 3 workers \(localhost: 0, 1; 127.0.0.1: 3\)'
+  printf "$hosts" > "$D/hosts"
+  wait_for "generation 2: 3 workers \\($gen2\\)"
   finish
   [ "$RC" = 0 ] || fail "kolorun exited $RC, want 0"
-  for w in 0 1; do
-    grep -Eq "^\[$w\] recovering: .*rank 2 .*died" "$D/out" || fail "worker $w did not see rank 2 die"
+  # The newcomer starts where the others are (the state's root's commit), not at the start.
+  joined=$(sed -n "s/^\\[3\\] joined: gen 2 rank $newrank size 3, epoch \\([0-9]*\\) from sample \\([0-9]*\\), step \\([0-9]*\\)\$/\\1 \\2 \\3/p" "$D/out")
+  [ -n "$joined" ] || fail "worker 3 did not join as rank $newrank of 3"
+  read -r e p k <<< "$joined"
+  [ "$k" -gt 10 ] || fail "worker 3 joined at step $k, not at the committed step"
+  for w in $survivors; do
+    grep -Eq "^\[$w\] recovering: .*rank $lost .*died" "$D/out" || fail "worker $w did not see rank $lost die"
     grep -Eq "^\[$w\] re-formed: gen 1 rank [01] size 2, epoch 0 from sample [0-9]+" "$D/out" ||
       fail "worker $w did not re-form as one of 2"
     grep -q "^\[$w\] recovering: hosts updated" "$D/out" || fail "worker $w did not re-form for the new host"
-    grep -Eq "^\[$w\] re-formed: gen 2 rank [01] size 3, " "$D/out" || fail "worker $w did not re-form as one of 3"
+    grep -Eq "^\[$w\] re-formed: gen 2 rank $ranks2 size 3, epoch $e from sample $p\$" "$D/out" ||
+      fail "worker $w did not re-form as one of 3 where worker 3 joined (epoch $e sample $p)"
   done
-  # The newcomer starts where the others are: rank 0's commit, not the start.
-  joined=$(sed -n 's/^\[3\] joined: gen 2 rank 2 size 3, epoch \([0-9]*\) from sample \([0-9]*\), step \([0-9]*\)$/\1 \2 \3/p' "$D/out")
-  [ -n "$joined" ] || fail "worker 3 did not join as rank 2 of 3"
-  read -r e p k <<< "$joined"
-  [ "$k" -gt 10 ] || fail "worker 3 joined at step $k, not at the committed step"
-  grep -Eq "^\[0\] re-formed: gen 2 rank 0 size 3, epoch $e from sample $p$" "$D/out" ||
-    fail "worker 3 joined at epoch $e sample $p, not where rank 0 re-formed"
-  grep -Eq "^\[3\] step $((k + 1)) gen 2 rank 2 size 3$" "$D/out" || fail "worker 3 did not train from step $((k + 1))"
+  grep -Eq "^\[3\] step $((k + 1)) gen 2 rank $newrank size 3\$" "$D/out" || fail "worker 3 did not train from step $((k + 1))"
   grep -Eq '^\[3\] done: [0-9]+ steps$' "$D/out" || fail "worker 3 did not finish"
   "$WORKER" "$D" --replay > "$D/replay" 2>&1 || fail "$(cat "$D/replay")"
   grep -q '^replay: OK: .* 3 world sizes, ' "$D/replay" || fail "replay: $(cat "$D/replay")"

@@ -15,12 +15,13 @@
 // published a newer generation (a worker joins; rank 0 looks after every
 // step and tells the others), every rank commits and does the same. A
 // newcomer constructs the optimizer and the sampler on the new communicator
-// — the constructor's collectives are reform's — and syncs with them: rank 0
-// broadcasts the parameters, the optimizer's state and the commit's epoch,
-// consumed() and step count, and the sampler deals the rest of the epoch
-// (reshard). Each step rank 0 gathers the step's sample indices; at the end
-// it writes DIR/committed.txt — per committed step "epoch E from P size S:
-// indices" — and DIR/params.txt.
+// — the constructor's collectives are reform's — and syncs with them: the
+// lowest rank that held state broadcasts the parameters, the optimizer's
+// state and the commit's epoch, consumed() and step count, and the sampler
+// deals the rest of the epoch (reshard). Each step the ranks gather the
+// step's sample indices into their logs; at the end the lowest rank whose
+// log goes back to the first step writes DIR/committed.txt — per committed
+// step "epoch E from P size S start T: indices" — and DIR/params.txt.
 //
 // --hold-for-join: in a world smaller than the first one, after 8 steps rank
 // 0 waits (up to 45 s) for a newer generation before going on, so the test's
@@ -39,6 +40,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -133,7 +135,7 @@ struct Commit {
   std::vector<torch::Tensor> params;
   std::string optimizer;
   std::uint64_t epoch = 0, consumed = 0;
-  std::int64_t steps = 0;  // committed steps (rank 0's log's length)
+  std::int64_t steps = 0;  // committed steps
 };
 
 struct HostsUpdated {};
@@ -148,8 +150,8 @@ int train(const std::string& dir, bool hold_for_join) {
   kolo::torch::DistributedOptimizer opt(comm, *net, std::move(sgd));
   kolo::torch::DistributedSampler sampler(comm, kSamples, {.shuffle = true, .seed = kSeed});
 
-  std::vector<Step> log;  // rank 0's; steps past the commit are dropped on recovery
-  std::int64_t steps = 0, steps_in_generation = 0;
+  std::vector<Step> log;  // steps log_from + 1 on; those past the commit are dropped on recovery
+  std::int64_t steps = 0, steps_in_generation = 0, log_from = 0;
   std::uint64_t epoch = 0;
   Commit commit;
   auto take_commit = [&] {
@@ -162,20 +164,30 @@ int train(const std::string& dir, bool hold_for_join) {
   };
   // Every member of a generation runs this, in the same order: the first
   // ranks at the start, survivors after restoring the commit and reform(),
-  // a newcomer after its constructors. Rank 0's state goes to all.
+  // a newcomer after its constructors. The root is the lowest rank that held
+  // the job's state before (rank 0 at the start): kolorun numbers a
+  // generation's workers by host, so a newcomer may be rank 0.
+  bool fresh = true;
   auto sync = [&] {
-    kolo::torch::broadcast_parameters(comm, *net);
-    kolo::torch::broadcast_optimizer_state(comm, *inner);
+    std::uint8_t mine = fresh ? 1 : 0;
+    std::vector<std::uint8_t> every(static_cast<std::size_t>(comm.size()));
+    comm.allgather(&mine, every.data(), 1, kolo::DType::U8);
+    const auto held = std::find(every.begin(), every.end(), 0);
+    const int root = held == every.end() ? 0 : static_cast<int>(held - every.begin());
+    kolo::torch::broadcast_parameters(comm, *net, root);
+    kolo::torch::broadcast_optimizer_state(comm, *inner, root);
     std::int64_t at[3] = {static_cast<std::int64_t>(commit.epoch), static_cast<std::int64_t>(commit.consumed),
                           commit.steps};
-    comm.broadcast(at, 3, kolo::DType::I64, 0);
+    comm.broadcast(at, 3, kolo::DType::I64, root);
     sampler.reshard(comm, static_cast<std::uint64_t>(at[0]), static_cast<std::uint64_t>(at[1]));
     epoch = static_cast<std::uint64_t>(at[0]);
     steps = at[2];
     steps_in_generation = 0;
+    if (fresh) log_from = steps;  // a newcomer's log starts where it joined
+    fresh = false;
     take_commit();
   };
-  take_commit();  // rank 0's is the one sync() hands out
+  take_commit();  // the root's is the one sync() hands out
   sync();
   if (kolo::elastic::generation(comm) > 0) {
     std::printf("joined: gen %d rank %d size %d, epoch %llu from sample %llu, step %lld\n",
@@ -196,7 +208,7 @@ int train(const std::string& dir, bool hold_for_join) {
           opt.step();
           std::vector<std::int64_t> mine(idx->begin(), idx->end()), all(mine.size() * comm.size());
           comm.allgather(mine.data(), all.data(), mine.size(), kolo::DType::I64);
-          if (comm.rank() == 0) log.push_back({epoch, from, comm.size(), sampler.state().start, all});
+          log.push_back({epoch, from, comm.size(), sampler.state().start, all});
           ++steps, ++steps_in_generation;
           std::printf("step %lld gen %d rank %d size %d\n", static_cast<long long>(steps),
                       kolo::elastic::generation(comm), comm.rank(), comm.size());
@@ -233,7 +245,7 @@ int train(const std::string& dir, bool hold_for_join) {
       for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(commit.params[i]);
     }
     load_optimizer(*inner, commit.optimizer);
-    if (comm.rank() == 0) log.resize(static_cast<std::size_t>(commit.steps));
+    log.resize(static_cast<std::size_t>(commit.steps - log_from));
     comm = kolo::init();  // the survivors' (and newcomers') next generation
     opt.reform(comm);
     sync();
@@ -242,7 +254,10 @@ int train(const std::string& dir, bool hold_for_join) {
                 static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(commit.consumed));
     std::fflush(stdout);
   }
-  if (comm.rank() == 0) {
+  std::uint8_t whole = log_from == 0 ? 1 : 0;
+  std::vector<std::uint8_t> wholes(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&whole, wholes.data(), 1, kolo::DType::U8);
+  if (comm.rank() == static_cast<int>(std::find(wholes.begin(), wholes.end(), 1) - wholes.begin())) {
     std::ofstream out(dir + "/committed.txt.tmp");
     for (const auto& s : log) {
       out << "epoch " << s.epoch << " from " << s.from << " size " << s.size << " start " << s.start << ":";
