@@ -1,6 +1,7 @@
 """Horovod Elastic's contract on kolo, framework-neutral: the exceptions, the
-State base class, ObjectState and the retry loop ``run_fn`` (kolo.torch.elastic
-adds TorchState, ElasticSampler and the ``run`` decorator).
+State base class, ObjectState, the retry loop ``run_fn`` and the ``run``
+decorator (kolo.torch.elastic adds TorchState and ElasticSampler;
+kolo.tensorflow.elastic TensorFlowKerasState and TensorFlowState).
 
 How kolo's elastic jobs work (kolo.h, namespace kolo::elastic): kolorun
 --min-np/--max-np publishes numbered *generations* of the job; ``init()`` joins
@@ -231,3 +232,20 @@ def run_fn(func, reset, reset_limit=None):
             reset()
             state.on_reset()
     return wrapper
+
+
+def reform():
+    """Leaves the failed (or outdated) communicator and joins the newest
+    generation of the job (blocks until kolorun publishes one listing us)."""
+    basics.shutdown()
+    basics.init()
+
+
+def run(func):
+    """Horovod's decorator: ``func(state, ...)`` runs with its state synced
+    from the root first, and again after every re-formation (a lost peer:
+    restore the last commit; added workers: keep the current state).
+
+    Do not issue collectives before calling the decorated function: a worker
+    that joins later would not issue them."""
+    return run_fn(func, reform)

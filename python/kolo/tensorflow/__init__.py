@@ -29,6 +29,10 @@ from kolo.tensorflow.optimizer import DistributedOptimizer
 # (inside a tf.function TF wraps it in a tf.errors.OpError carrying its text).
 HorovodInternalError = KoloError
 
+# Horovod Elastic (hvd.elastic.run, TensorFlowKerasState, TensorFlowState): elastic.py.
+from kolo.elastic import HostsUpdatedInterrupt  # noqa: E402
+from kolo.tensorflow import elastic  # noqa: E402,F401
+
 
 def _constant_op(value):
     import tensorflow as tf

@@ -2,13 +2,15 @@
 
 DistributedOptimizer wraps a Keras optimizer's gradient step; the callbacks
 are in kolo.tensorflow.keras.callbacks (as horovod.tensorflow.keras.callbacks).
-The collectives take Keras/TF tensors and return tf.Tensors."""
+The collectives take Keras/TF tensors and return tf.Tensors. Elastic
+training: kolo.tensorflow.keras.elastic (hvd.elastic)."""
 from kolo.tensorflow import (KoloError, init, shutdown, is_initialized, rank, size,  # noqa: F401
                              local_rank, local_size, cross_rank, cross_size, Average, Sum, Min,
                              Max, Product, Adasum, Compression, allreduce, allgather, broadcast,
                              reducescatter, broadcast_object, allgather_object, join,
                              broadcast_variables, broadcast_global_variables, ProcessSet,
                              add_process_set, remove_process_set, global_process_set)
-from kolo.tensorflow.keras import callbacks  # noqa: F401
+from kolo.tensorflow import HostsUpdatedInterrupt, HorovodInternalError  # noqa: F401
+from kolo.tensorflow.keras import callbacks, elastic  # noqa: F401
 from kolo.tensorflow.keras.optimizer import DistributedOptimizer  # noqa: F401
 
