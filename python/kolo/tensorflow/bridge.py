@@ -62,6 +62,16 @@ def comm(process_set, what):
     return process_sets.communicator(process_set, what)
 
 
+def size_tensor(process_set, what):
+    """The set's size as an int32 tensor read when it runs: in a traced
+    function a Python int would be baked in, and an elastic job's size
+    changes between runs of one traced step."""
+    if tf.executing_eagerly():
+        return tf.constant(comm(process_set, what).size(), tf.int32)
+    return tf.numpy_function(lambda: np.array(comm(process_set, what).size(), np.int32), [], tf.int32,
+                             stateful=True, name="kolo_size")
+
+
 def root_of(process_set, root_rank, what):
     """Horovod's root_rank is a global rank; kolo's is the set's."""
     if process_set is None or process_set is process_sets.global_process_set:

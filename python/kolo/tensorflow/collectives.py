@@ -88,7 +88,7 @@ def _sparse_allreduce(what, slices, code, pre, post, ps, name):
     values = allgather(slices.values, name=name, process_set=ps)
     indices = allgather(slices.indices, name=name, process_set=ps)
     if code == _C.AVERAGE:
-        values = values / tf.cast(bridge.comm(ps, what).size(), values.dtype)
+        values = values / tf.cast(bridge.size_tensor(ps, what), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -312,9 +312,11 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     def backward(dy):
         _grad_code("reducescatter backward", code)
         g = _allgather_plain("reducescatter backward", dy, process_set)
-        n = bridge.comm(process_set, what).size()
-        factor = prescale_factor * postscale_factor * (n if code == _C.SUM else 1)
-        return g * tf.cast(factor, g.dtype) if factor != 1 else g
+        scale = prescale_factor * postscale_factor
+        if code != _C.SUM:
+            return g * tf.cast(scale, g.dtype) if scale != 1 else g
+        n = tf.cast(bridge.size_tensor(process_set, what), tf.float64)
+        return g * tf.cast(n * scale, g.dtype)
     out = _differentiable(
         lambda x: _reducescatter_plain(what, x, code, prescale_factor, postscale_factor,
                                        process_set, name), backward, sent)

@@ -6,11 +6,14 @@ what it did.
   elastic_worker.py DIR [--hold-for-join]   under kolorun --min-np ...: trains
   elastic_worker.py DIR --replay            alone: checks DIR's result
 
-Training: 240 samples of a fixed regression problem, a float64 Keras MLP, SGD
-with momentum, 3 epochs. A step takes the next size·4 samples of the epoch's
-order (fewer at its end); rank r trains on every size-th of them from r, and
-the gradients of (the rank's loss sum / the step's sample count) are summed
-over the ranks: the step's mean gradient whatever the split. The state holds
+Training: 240 samples of a fixed regression problem, a float64 Keras model
+(an MLP plus an Embedding of the sample's index mod 8, whose gradient is a
+tf.IndexedSlices), SGD with momentum, 3 epochs. A step takes the next size·4
+samples of the epoch's order (fewer at its end); rank r trains on every
+size-th of them from r, and the gradients of (size · the rank's loss sum /
+the step's sample count) are averaged over the ranks: the step's mean
+gradient whatever the split — and only if the traced step divides by the
+size of the world it runs in, not of the one it was traced in. The state holds
 the model and optimizer variables, the epoch, the samples of it consumed and
 the log of steps (epoch, consumed, count): restore() drops uncommitted steps,
 sync() gives a newcomer everything. A commit every 2 steps (where added
@@ -45,8 +48,8 @@ def data():
     i = np.arange(N, dtype=np.float64)[:, None]
     j = np.arange(FEATURES, dtype=np.float64)[None, :]
     x = np.sin(0.1 * i * (j + 1) + j)
-    y = (x / (j + 1)).sum(axis=1, keepdims=True) + 0.1 * np.cos(i)
-    return x, y
+    y = (x / (j + 1)).sum(axis=1, keepdims=True) + 0.1 * np.cos(i) + 0.05 * (i % 8)
+    return x, (np.arange(N) % 8).astype(np.int32), y
 
 
 def order(epoch):
@@ -55,10 +58,11 @@ def order(epoch):
 
 def make_model():
     keras.utils.set_random_seed(0)  # the same start everywhere (the sync broadcasts anyway)
-    model = keras.Sequential([keras.Input((FEATURES,), dtype="float64"),
-                              keras.layers.Dense(16, activation="tanh", dtype="float64"),
-                              keras.layers.Dense(1, dtype="float64")])
-    return model, keras.optimizers.SGD(LR, momentum=MOMENTUM)
+    x = keras.Input((FEATURES,), dtype="float64")
+    ids = keras.Input((), dtype="int32")
+    h = keras.layers.Dense(16, activation="tanh", dtype="float64")(x)
+    out = keras.layers.Dense(1, dtype="float64")(h) + keras.layers.Embedding(8, 1, dtype="float64")(ids)
+    return keras.Model([x, ids], out), keras.optimizers.SGD(LR, momentum=MOMENTUM)
 
 
 def say(line):
@@ -69,16 +73,16 @@ def train(out_dir, hold_for_join):
     say(f"pid {os.getpid()} worker {os.environ.get('KOLO_WORKER_ID', '-')}")
     hvd.init()
     first_size = hvd.size()
-    x, y = data()
+    x, ids, y = data()
     model, opt = make_model()
     state = hvd.elastic.TensorFlowKerasState(model, opt, epoch=0, consumed=0, log=[])
     state.register_reset_callbacks([lambda: say(f"reset: rank {hvd.rank()} size {hvd.size()}")])
 
     @tf.function(reduce_retracing=True)
-    def step(xb, yb, count):
+    def step(xb, ib, yb, scale):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.square(model(xb, training=True) - yb)) / count
-        tape = hvd.DistributedGradientTape(tape, op=hvd.Sum)
+            loss = tf.reduce_sum(tf.square(model([xb, ib], training=True) - yb)) * scale
+        tape = hvd.DistributedGradientTape(tape, op=hvd.Average)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
 
@@ -94,7 +98,8 @@ def train(out_dir, hold_for_join):
                 window = o[state.consumed:state.consumed + count]
                 mine = window[hvd.rank()::hvd.size()]
                 try:
-                    step(tf.constant(x[mine]), tf.constant(y[mine]), tf.constant(float(count), tf.float64))
+                    step(tf.constant(x[mine]), tf.constant(ids[mine]), tf.constant(y[mine]),
+                         tf.constant(hvd.size() / count, tf.float64))
                 except tf.errors.OpError as e:  # run() reads kolo's error out of TF's
                     found = re.search(r"kolo rank \d+: [^\n]*", e.message)
                     say(f"step failed: {type(e).__name__}: {found.group(0) if found else e.message[:300]}")
@@ -142,12 +147,12 @@ def replay(out_dir):
         at[epoch] = consumed + count
     if at != {e: N for e in range(EPOCHS)}:
         sys.exit(f"replay: FAILED: the epochs end at {at}")
-    x, y = data()
+    x, ids, y = data()
     model, opt = make_model()
     for epoch, consumed, count in log:
-        window = order(epoch)[consumed:consumed + count]
+        w = order(epoch)[consumed:consumed + count]
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.square(model(x[window], training=True) - y[window])) / count
+            loss = tf.reduce_sum(tf.square(model([x[w], ids[w]], training=True) - y[w])) / count
         opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
     worst = max(float(np.max(np.abs(np.array(w) - v.numpy())))
                 for w, v in zip(result["weights"], model.trainable_variables))
