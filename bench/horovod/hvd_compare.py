@@ -200,6 +200,12 @@ def synthetic_script(a):
     return path, where, None
 
 
+def samples_per_s(out):
+    """horovod_step.py's samples/s from a run's output, or NAN when the line is missing."""
+    m = out and re.search(r"samples_per_s=(\d+)", out)
+    return float(m.group(1)) if m else NAN
+
+
 def rotated(systems, rep):
     k = rep % len(systems)
     return systems[k:] + systems[:k]
@@ -371,16 +377,14 @@ def main():
                         if s == "ceiling":
                             t_c = time.time()
                             outs = R.run_apart(n, step_prog, step_env, f"step {model}")
-                            got = [re.search(r"samples_per_s=(\d+)", o) for o in outs or []]
-                            v = sum(float(m.group(1)) for m in got) if outs and all(got) else NAN
+                            v = sum(samples_per_s(o) for o in outs) if outs else NAN  # NAN if any line is missing
                             record("step", (model, n), s, rep, v)
                             log(f"  step {model} n={n} ceiling ({n} x 1 rank at once): {v:.0f} samples/s "
                                 f"(runs {time.time() - t_c:.0f} s)")
                             continue
                         r = R.run(s, n, step_prog, step_env, f"step {model}")
-                        m = r and re.search(r"samples_per_s=(\d+)", r[0])
-                        v = float(m.group(1)) if m else NAN
-                        if r and not m:
+                        v = samples_per_s(r and r[0])
+                        if r and v != v:
                             R.failures.append(f"{s} n={n} step {model}: no samples_per_s in\n{r[0][-2000:]}")
                         record("step", (model, n), s, rep, v)
                         log(f"  step {model} n={n} {s}: {v:.0f} samples/s" + (f" (run {r[1]:.0f} s)" if r else ""))
@@ -427,8 +431,7 @@ def main():
                         ("KOLO_TIMELINE" if s == "kolo" else "HOROVOD_TIMELINE"): os.path.join(tl_dir, "timeline.json")}
                     r = R.run(s, 2, [os.path.join(REPO, "bench", "python", "horovod_step.py")],
                               dict(tl_env, MODEL="mlp", STEPS=str(a.steps), BATCH=str(a.batch)), f"timeline {mode} step")
-                    m = r and re.search(r"samples_per_s=(\d+)", r[0])
-                    record("timeline", ("step", mode), s, rep, float(m.group(1)) if m else NAN)
+                    record("timeline", ("step", mode), s, rep, samples_per_s(r and r[0]))
                     r2 = R.run(s, 2, [os.path.join(HERE, "hvd_allreduce.py")],
                                dict(tl_env, SYSTEM=s, SIZES="8", ITERS=it_small), f"timeline {mode} allreduce")
                     m2 = r2 and re.search(r"n=2 bytes=\d+ time_us=([\d.]+)", r2[0])
