@@ -41,23 +41,15 @@ def run(func):
     return _elastic.run(unwrapped)
 
 
-class TensorFlowState(ObjectState):
-    """Horovod's TensorFlowState(variables=None, session=None, **kwargs): a
-    list of tf.Variables, and plain values as attributes (``state.epoch``)."""
+class _VariablesState(ObjectState):
+    """The variables of _tracked() kept across re-formations, and plain values."""
 
-    def __init__(self, variables=None, session=None, **kwargs):
-        if session is not None or not tf.executing_eagerly():
-            raise NotImplementedError(error("elastic.TensorFlowState", "TF1 sessions and graphs are not "
-                                            "supported by kolo: use TensorFlow 2 eagerly"))
-        if variables is None:
-            raise ValueError(error("elastic.TensorFlowState", "give the variables to keep (TensorFlow 2 has "
-                                   "no global variables), e.g. model.variables"))
-        self.variables = list(variables)
+    def __init__(self, **kwargs):
         self._keep()
         super().__init__(bcast_object=broadcast_object, **kwargs)
 
     def _tracked(self):
-        return self.variables
+        raise NotImplementedError
 
     def _keep(self):
         self._kept = [np.array(v.numpy(), copy=True) for v in self._tracked()]
@@ -79,7 +71,25 @@ class TensorFlowState(ObjectState):
         self.synced()
 
 
-class TensorFlowKerasState(TensorFlowState):
+class TensorFlowState(_VariablesState):
+    """Horovod's TensorFlowState(variables=None, session=None, **kwargs): a
+    list of tf.Variables, and plain values as attributes (``state.epoch``)."""
+
+    def __init__(self, variables=None, session=None, **kwargs):
+        if session is not None or not tf.executing_eagerly():
+            raise NotImplementedError(error("elastic.TensorFlowState", "TF1 sessions and graphs are not "
+                                            "supported by kolo: use TensorFlow 2 eagerly"))
+        if variables is None:
+            raise ValueError(error("elastic.TensorFlowState", "give the variables to keep (TensorFlow 2 has "
+                                   "no global variables), e.g. model.variables"))
+        self.variables = list(variables)
+        super().__init__(**kwargs)
+
+    def _tracked(self):
+        return self.variables
+
+
+class TensorFlowKerasState(_VariablesState):
     """Horovod's TensorFlowKerasState(model, optimizer=None, backend=None,
     **kwargs): a built Keras model's variables and its optimizer's (the
     optimizer given, else model.optimizer).
@@ -96,7 +106,7 @@ class TensorFlowKerasState(TensorFlowState):
         self.model = model
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         self.backend = backend
-        super().__init__(variables=[], **kwargs)
+        super().__init__(**kwargs)
 
     def _tracked(self):
         if self.optimizer is None:

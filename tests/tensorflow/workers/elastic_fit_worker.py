@@ -9,20 +9,20 @@ re-form and fit on.
 
 Prints "epoch E rank R size S batch B" at each batch's end, and at the end
 writes DIR/fit.R.json: the state's epoch and batch, and the weights."""
-import json
 import os
+import sys
 import time
 
-import numpy as np
-import keras
+sys.path.insert(0, os.path.dirname(__file__))
+from tfcommon import say, write_json  # noqa: E402
 
-import kolo.tensorflow.keras as hvd
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+
+import kolo.tensorflow.keras as hvd  # noqa: E402
 
 N, B, EPOCHS = 240, 4, 3
 
-
-def say(line):
-    os.write(1, (line + "\n").encode())  # one write(2): kolorun tags whole lines
 
 
 class Slow(keras.callbacks.Callback):
@@ -64,12 +64,9 @@ def main(out_dir):
     result = {"epoch": state.epoch, "batch": state.batch,
               "weights": [v.numpy().tolist() for v in model.trainable_variables]}
     path = os.path.join(out_dir, f"fit.{hvd.rank()}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f)
-    os.rename(path + ".tmp", path)
+    write_json(path, result)
     say(f"done: rank {hvd.rank()} size {hvd.size()} epoch {state.epoch}")
 
 
 if __name__ == "__main__":
-    import sys
     main(sys.argv[1])

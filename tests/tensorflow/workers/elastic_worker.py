@@ -33,12 +33,15 @@ import re
 import sys
 import time
 
-import numpy as np
-import tensorflow as tf
-import keras
+sys.path.insert(0, os.path.dirname(__file__))
+from tfcommon import say, write_json  # noqa: E402
 
-import kolo.tensorflow as hvd
-from kolo import _C, basics
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+
+import kolo.tensorflow as hvd  # noqa: E402
+from kolo import _C, basics  # noqa: E402
 
 N, B, FEATURES, EPOCHS, COMMIT_EVERY = 240, 4, 6, 3, 2
 LR, MOMENTUM = 0.05, 0.9
@@ -64,9 +67,6 @@ def make_model():
     out = keras.layers.Dense(1, dtype="float64")(h) + keras.layers.Embedding(8, 1, dtype="float64")(ids)
     return keras.Model([x, ids], out), keras.optimizers.SGD(LR, momentum=MOMENTUM)
 
-
-def say(line):
-    os.write(1, (line + "\n").encode())  # one write(2): kolorun tags whole lines
 
 
 def train(out_dir, hold_for_join):
@@ -120,9 +120,7 @@ def train(out_dir, hold_for_join):
     # Every rank's result: the test checks they are all the same, rank 0's against the replay.
     result = {"log": state.log, "weights": [v.numpy().tolist() for v in model.trainable_variables]}
     path = os.path.join(out_dir, f"result.{hvd.rank()}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f)
-    os.rename(path + ".tmp", path)
+    write_json(path, result)
     say(f"done: rank {hvd.rank()} size {hvd.size()} steps {len(state.log)}")
 
 

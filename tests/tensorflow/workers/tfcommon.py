@@ -65,3 +65,16 @@ def same(got, want, dtype, tol=None):
 def done(name):
     print(f"{name}: OK ({checks} checks)", flush=True)
     sys.stdout.flush()
+
+
+def say(line):
+    """One line in one write(2): the elastic workers' lines must come out whole."""
+    os.write(1, (line + "\n").encode())
+
+
+def write_json(path, obj):
+    """obj as JSON at path, whole or not at all (a temporary file renamed)."""
+    import json
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f)
+    os.rename(path + ".tmp", path)

@@ -25,9 +25,6 @@ class KerasState(TensorFlowKerasState):
     optimizer's variables (optimizer: else model.optimizer), plain values as
     attributes."""
 
-    def __init__(self, model, optimizer=None, **kwargs):
-        super().__init__(model, optimizer=optimizer, **kwargs)
-
 
 class CommitStateCallback(keras.callbacks.Callback):
     """Commits the state every ``batches_per_commit`` batches and at the end of
