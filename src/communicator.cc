@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rejected.h"
 #include "engine/context.h"
+#include "transport/gpu.h"
 
 namespace kolo {
 
@@ -89,6 +90,48 @@ bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
   return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
 
+// A collective's buffers: what it reads and what it writes (device memory:
+// what is copied to and from the host; broadcast's non-root ranks read nothing).
+struct Buffers {
+  const void* in;
+  std::size_t in_bytes;
+  void* out;
+  std::size_t out_bytes;
+};
+
+// Queues (or, blocking, runs) a validated collective whose host transport
+// call is host(in, out). Host memory: a blocking call runs inline when
+// nothing is queued. CUDA memory: the collective takes its ticket in the
+// caller's stream and its place in the engine's queue together, under the
+// issue lock (transport/gpu.h), and its data plane moves the bytes.
+template <class Host>
+Work start(detail::Context& c, bool blocking, const char* what, const Place& place, Fingerprint fp,
+           std::size_t bytes, Buffers b, Host host) {
+  if (place.on_host()) {
+    auto op = collective(c, fp, bytes, [b, host] { host(b.in, b.out); });
+    if (blocking) {
+      c.engine.run(std::move(op));
+      return {};
+    }
+    return c.make_work(c.engine.submit(std::move(op)));
+  }
+  gpu::check(what, place, {{"input", b.in, b.in_bytes}, {"output", b.out, b.out_bytes}});
+  std::shared_ptr<detail::WorkState> state;
+  {
+    std::lock_guard lk(c.gpu_issue);
+    if (!c.gpu) c.gpu = gpu::make_plane();
+    auto ticket = c.gpu->issue(what, place, gpu::Plane::staging_bytes(b.in, b.in_bytes, b.out, b.out_bytes));
+    state = c.engine.submit(collective(c, on(fp, place), bytes, [&c, ticket, b, host] {
+      c.gpu->staged(*ticket, b.in, b.in_bytes, b.out, b.out_bytes, host);
+    }));
+  }
+  if (blocking) {
+    detail::Engine::wait(*state);
+    return {};
+  }
+  return c.make_work(std::move(state));
+}
+
 }  // namespace
 
 void Communicator::check_length(const char* what, const char* which, std::size_t have,
@@ -111,6 +154,14 @@ int Communicator::cross_rank() const { return ctx_of(ctx_).cross_rank; }
 int Communicator::cross_size() const { return ctx_of(ctx_).cross_size; }
 bool Communicator::failed() const { return ctx_ != nullptr && ctx_->engine.broken(); }
 
+bool cuda_built() { return gpu::built(); }
+
+std::string Communicator::gpu_transport() const {
+  auto& c = ctx_of(ctx_);
+  std::lock_guard lk(c.gpu_issue);
+  return c.gpu ? c.gpu->name() : gpu::planned_plane();
+}
+
 std::string Communicator::transport() const {
   auto& c = ctx_of(ctx_);
   if (!c.backend) fail("this communicator lost its transport after a failure; form a new one with kolo::init()");
@@ -118,8 +169,8 @@ std::string Communicator::transport() const {
 }
 
 // ---- allreduce ----------------------------------------------------------------
-static auto allreduce_op(detail::Context& c, const void* in, void* out, std::size_t count, DType t,
-                         Op op, const Shape& shape) {
+static Work allreduce_op(detail::Context& c, bool blocking, const void* in, void* out, std::size_t count,
+                         DType t, Op op, const Shape& shape, const Place& place) {
   const char* what = "allreduce";
   check_dtype_op(what, t, op, true);
   const std::size_t bytes = checked_bytes(what, count, t, 1);
@@ -129,46 +180,47 @@ static auto allreduce_op(detail::Context& c, const void* in, void* out, std::siz
     fail("{}: input and output overlap without being the same buffer", what);
   in = nonnull(in);
   out = nonnull(out);
-  return collective(c, with_shape(fingerprint(Kind::Allreduce, t, count, op), shape), bytes,
-                    [&c, in, out, count, t, op] { c.backend->allreduce(in, out, count, t, op); });
+  return start(c, blocking, what, place, with_shape(fingerprint(Kind::Allreduce, t, count, op), shape), bytes,
+               {in, bytes, out, bytes},
+               [&c, count, t, op](const void* i, void* o) { c.backend->allreduce(i, o, count, t, op); });
 }
 
 void Communicator::allreduce(const void* in, void* out, std::size_t count, DType t, Op op,
-                             const Shape& shape) {
-  auto& c = ctx_of(ctx_);
-  c.engine.run(allreduce_op(c, in, out, count, t, op, shape));
+                             const Shape& shape, const Place& place) {
+  allreduce_op(ctx_of(ctx_), true, in, out, count, t, op, shape, place);
 }
 Work Communicator::allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op,
-                                   const Shape& shape) {
-  auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit(allreduce_op(c, in, out, count, t, op, shape)));
+                                   const Shape& shape, const Place& place) {
+  return allreduce_op(ctx_of(ctx_), false, in, out, count, t, op, shape, place);
 }
 
 // ---- broadcast ----------------------------------------------------------------
-static auto broadcast_op(detail::Context& c, void* data, std::size_t count, DType t, int root,
-                         const Shape& shape) {
+static Work broadcast_op(detail::Context& c, bool blocking, void* data, std::size_t count, DType t, int root,
+                         const Shape& shape, const Place& place) {
   const char* what = "broadcast";
   check_dtype_op(what, t, Op::Sum, false);
   check_root(what, root, c.size);
   const std::size_t bytes = checked_bytes(what, count, t, 1);
   check_buffer(what, "data", data, bytes);
   data = nonnull(data);
-  return collective(c, with_shape(fingerprint(Kind::Broadcast, t, count, Op::Sum, root), shape), bytes,
-                    [&c, data, count, t, root] { c.backend->broadcast(data, count, t, root); });
+  // Only the root's data is read.
+  return start(c, blocking, what, place, with_shape(fingerprint(Kind::Broadcast, t, count, Op::Sum, root), shape),
+               bytes, {data, c.rank == root ? bytes : 0, data, bytes},
+               [&c, count, t, root](const void*, void* o) { c.backend->broadcast(o, count, t, root); });
 }
 
-void Communicator::broadcast(void* data, std::size_t count, DType t, int root, const Shape& shape) {
-  auto& c = ctx_of(ctx_);
-  c.engine.run(broadcast_op(c, data, count, t, root, shape));
+void Communicator::broadcast(void* data, std::size_t count, DType t, int root, const Shape& shape,
+                             const Place& place) {
+  broadcast_op(ctx_of(ctx_), true, data, count, t, root, shape, place);
 }
-Work Communicator::broadcast_async(void* data, std::size_t count, DType t, int root, const Shape& shape) {
-  auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit(broadcast_op(c, data, count, t, root, shape)));
+Work Communicator::broadcast_async(void* data, std::size_t count, DType t, int root, const Shape& shape,
+                                   const Place& place) {
+  return broadcast_op(ctx_of(ctx_), false, data, count, t, root, shape, place);
 }
 
 // ---- allgather(v) -------------------------------------------------------------
-static auto allgatherv_op(detail::Context& c, const char* what, const void* in, void* out,
-                          std::vector<std::size_t> counts, DType t) {
+static Work allgatherv_op(detail::Context& c, bool blocking, const char* what, const void* in, void* out,
+                          std::vector<std::size_t> counts, DType t, const Place& place) {
   check_dtype_op(what, t, Op::Sum, false);
   if (counts.size() != static_cast<std::size_t>(c.size))
     fail("{}: counts has {} entries but the communicator has {} ranks", what, counts.size(), c.size);
@@ -189,34 +241,30 @@ static auto allgatherv_op(detail::Context& c, const char* what, const void* in, 
   out = nonnull(out);
   const bool equal = std::string_view(what) == "allgather";
   Fingerprint fp = equal ? fingerprint(Kind::Allgather, t, counts[0]) : fingerprint_v(t, counts);
-  return collective(c, fp, total, [&c, in, out, counts = std::move(counts), t] {
-    c.backend->allgatherv(in, out, counts, t);
-  });
+  return start(c, blocking, what, place, fp, total, {in, mine, out, total},
+               [&c, counts = std::move(counts), t](const void* i, void* o) { c.backend->allgatherv(i, o, counts, t); });
 }
 
-void Communicator::allgather(const void* in, void* out, std::size_t count, DType t) {
+void Communicator::allgather(const void* in, void* out, std::size_t count, DType t, const Place& place) {
   auto& c = ctx_of(ctx_);
-  c.engine.run(allgatherv_op(c, "allgather", in, out, std::vector<std::size_t>(c.size, count), t));
+  allgatherv_op(c, true, "allgather", in, out, std::vector<std::size_t>(c.size, count), t, place);
 }
-Work Communicator::allgather_async(const void* in, void* out, std::size_t count, DType t) {
+Work Communicator::allgather_async(const void* in, void* out, std::size_t count, DType t, const Place& place) {
   auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit(
-      allgatherv_op(c, "allgather", in, out, std::vector<std::size_t>(c.size, count), t)));
+  return allgatherv_op(c, false, "allgather", in, out, std::vector<std::size_t>(c.size, count), t, place);
 }
 void Communicator::allgatherv(const void* in, void* out, const std::vector<std::size_t>& counts,
-                              DType t) {
-  auto& c = ctx_of(ctx_);
-  c.engine.run(allgatherv_op(c, "allgatherv", in, out, counts, t));
+                              DType t, const Place& place) {
+  allgatherv_op(ctx_of(ctx_), true, "allgatherv", in, out, counts, t, place);
 }
 Work Communicator::allgatherv_async(const void* in, void* out,
-                                    const std::vector<std::size_t>& counts, DType t) {
-  auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit(allgatherv_op(c, "allgatherv", in, out, counts, t)));
+                                    const std::vector<std::size_t>& counts, DType t, const Place& place) {
+  return allgatherv_op(ctx_of(ctx_), false, "allgatherv", in, out, counts, t, place);
 }
 
 // ---- reduce-scatter -----------------------------------------------------------
-static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std::size_t count,
-                              DType t, Op op, const Shape& shape) {
+static Work reduce_scatter_op(detail::Context& c, bool blocking, const void* in, void* out, std::size_t count,
+                              DType t, Op op, const Shape& shape, const Place& place) {
   const char* what = "reduce_scatter";
   check_dtype_op(what, t, op, true);
   const std::size_t total = checked_bytes(what, count, t, c.size), block = total / c.size;
@@ -228,23 +276,23 @@ static auto reduce_scatter_op(detail::Context& c, const void* in, void* out, std
          what, c.rank);
   in = nonnull(in);
   out = nonnull(out);
-  return collective(c, with_shape(fingerprint(Kind::ReduceScatter, t, count, op), shape), total,
-                    [&c, in, out, count, t, op] { c.backend->reduce_scatter(in, out, count, t, op); });
+  return start(c, blocking, what, place, with_shape(fingerprint(Kind::ReduceScatter, t, count, op), shape), total,
+               {in, total, out, block},
+               [&c, count, t, op](const void* i, void* o) { c.backend->reduce_scatter(i, o, count, t, op); });
 }
 
 void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op,
-                                  const Shape& shape) {
-  auto& c = ctx_of(ctx_);
-  c.engine.run(reduce_scatter_op(c, in, out, count, t, op, shape));
+                                  const Shape& shape, const Place& place) {
+  reduce_scatter_op(ctx_of(ctx_), true, in, out, count, t, op, shape, place);
 }
 Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count, DType t,
-                                        Op op, const Shape& shape) {
-  auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit(reduce_scatter_op(c, in, out, count, t, op, shape)));
+                                        Op op, const Shape& shape, const Place& place) {
+  return reduce_scatter_op(ctx_of(ctx_), false, in, out, count, t, op, shape, place);
 }
 
 // ---- alltoall -----------------------------------------------------------------
-static auto alltoall_op(detail::Context& c, const void* in, void* out, std::size_t count, DType t) {
+static Work alltoall_op(detail::Context& c, bool blocking, const void* in, void* out, std::size_t count, DType t,
+                        const Place& place) {
   const char* what = "alltoall";
   check_dtype_op(what, t, Op::Sum, false);
   const std::size_t total = checked_bytes(what, count, t, c.size);
@@ -253,17 +301,15 @@ static auto alltoall_op(detail::Context& c, const void* in, void* out, std::size
   if (overlap(in, total, out, total)) fail("{}: input and output must not overlap", what);
   in = nonnull(in);
   out = nonnull(out);
-  return collective(c, fingerprint(Kind::Alltoall, t, count), total,
-                    [&c, in, out, count, t] { c.backend->alltoall(in, out, count, t); });
+  return start(c, blocking, what, place, fingerprint(Kind::Alltoall, t, count), total, {in, total, out, total},
+               [&c, count, t](const void* i, void* o) { c.backend->alltoall(i, o, count, t); });
 }
 
-void Communicator::alltoall(const void* in, void* out, std::size_t count, DType t) {
-  auto& c = ctx_of(ctx_);
-  c.engine.run(alltoall_op(c, in, out, count, t));
+void Communicator::alltoall(const void* in, void* out, std::size_t count, DType t, const Place& place) {
+  alltoall_op(ctx_of(ctx_), true, in, out, count, t, place);
 }
-Work Communicator::alltoall_async(const void* in, void* out, std::size_t count, DType t) {
-  auto& c = ctx_of(ctx_);
-  return c.make_work(c.engine.submit(alltoall_op(c, in, out, count, t)));
+Work Communicator::alltoall_async(const void* in, void* out, std::size_t count, DType t, const Place& place) {
+  return alltoall_op(ctx_of(ctx_), false, in, out, count, t, place);
 }
 
 // ---- barrier ------------------------------------------------------------------

@@ -57,6 +57,31 @@ template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType
 // only the count is checked. kolo.torch passes it.
 using Shape = std::vector<std::int64_t>;
 
+// Where a collective's buffers live. Host memory (the default), or memory of
+// CUDA device `device`: then the collective is ordered on the caller's CUDA
+// `stream` (a cudaStream_t; nullptr is the legacy default stream) as a kernel
+// queued there would be. It reads its input once the work queued on `stream`
+// before the call is done, and work queued on `stream` after the call waits
+// for its result on the GPU, without the host blocking (where the device
+// supports stream memory operations; else only after Work::wait(), which
+// always works from the host). Every rank of a collective passes the same
+// kind of place: a rank passing device memory where its peers pass host
+// memory fails the mismatch check on every rank. kolo built without CUDA
+// refuses a CUDA place with an error saying so.
+struct Place {
+  enum class Kind : std::uint8_t { Host, Cuda };
+  Kind kind = Kind::Host;
+  int device = -1;        // the CUDA device's ordinal in this process
+  void* stream = nullptr;  // cudaStream_t
+  static Place host() { return {}; }
+  static Place cuda(int device, void* stream = nullptr) { return {Kind::Cuda, device, stream}; }
+  bool on_host() const { return kind == Kind::Host; }
+};
+
+// True when this build of kolo has its CUDA parts (a CUDA Place works where a
+// GPU is present).
+bool cuda_built();
+
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -117,41 +142,52 @@ class Communicator {
   // TCP mesh of all ranks) or "hier" (ranks on several hosts: shared memory
   // within a host, TCP between hosts; KOLO_HIERARCHICAL=0 makes it "tcp").
   std::string transport() const;
+  // How collectives on CUDA memory move data: "host" (through pinned host
+  // memory and the transport above), or "none" (kolo built without CUDA).
+  // KOLO_GPU_TRANSPORT chooses (core/config.h).
+  std::string gpu_transport() const;
   // True once a collective of this communicator has failed (a lost peer, a
   // timeout): every later call fails; form a new one (init() again).
   bool failed() const;
 
   // `shape` (allreduce, broadcast, reduce_scatter): see Shape above.
+  // `place`: where the buffers live (Place above); host memory by default.
 
   // out[i] = in_0[i] op in_1[i] op ... ; in == out is in place.
-  void allreduce(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {});
-  Work allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {});
+  void allreduce(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {},
+                 const Place& place = {});
+  Work allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {},
+                       const Place& place = {});
 
   // data from root to every rank, in place.
-  void broadcast(void* data, std::size_t count, DType t, int root, const Shape& shape = {});
-  Work broadcast_async(void* data, std::size_t count, DType t, int root, const Shape& shape = {});
+  void broadcast(void* data, std::size_t count, DType t, int root, const Shape& shape = {},
+                 const Place& place = {});
+  Work broadcast_async(void* data, std::size_t count, DType t, int root, const Shape& shape = {},
+                       const Place& place = {});
 
   // out = concat over ranks of in (count elements each); out holds size()*count.
   // In place when in == out + rank()*count.
-  void allgather(const void* in, void* out, std::size_t count, DType t);
-  Work allgather_async(const void* in, void* out, std::size_t count, DType t);
+  void allgather(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
+  Work allgather_async(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
 
   // Per-rank sizes: rank r contributes counts[r] elements; out holds their sum,
   // rank blocks in rank order. counts must be the same vector on every rank.
-  void allgatherv(const void* in, void* out, const std::vector<std::size_t>& counts, DType t);
+  void allgatherv(const void* in, void* out, const std::vector<std::size_t>& counts, DType t,
+                  const Place& place = {});
   Work allgatherv_async(const void* in, void* out, const std::vector<std::size_t>& counts,
-                        DType t);
+                        DType t, const Place& place = {});
 
   // in holds size()*count elements; rank r receives block r of the reduction.
   // In place when out == in + rank()*count.
-  void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {});
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {},
+                      const Place& place = {});
   Work reduce_scatter_async(const void* in, void* out, std::size_t count, DType t, Op op,
-                            const Shape& shape = {});
+                            const Shape& shape = {}, const Place& place = {});
 
   // in and out hold size()*count elements; block j of in goes to rank j, and
   // block j of out comes from rank j. in and out must not overlap.
-  void alltoall(const void* in, void* out, std::size_t count, DType t);
-  Work alltoall_async(const void* in, void* out, std::size_t count, DType t);
+  void alltoall(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
+  Work alltoall_async(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
 
   void barrier();
   Work barrier_async();

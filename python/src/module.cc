@@ -43,6 +43,12 @@
 //                                           them only, under a name they share
 //                                           (torch's new_group)
 //     world_ranks() -> list[int]            init()'s rank of each rank
+//     every collective but barrier also takes device=-1, stream=0: device >= 0
+//     says its buffers are CUDA memory of that device, ordered on `stream` (a
+//     cudaStream_t as an int, e.g. torch.cuda.current_stream().cuda_stream;
+//     0: the legacy default stream) — kolo.h's Place.
+//     gpu_transport() -> "host"|"none"    how CUDA memory moves (kolo.h)
+//   cuda_built() -> bool                   kolo has its GPU parts
 //   class Work:  wait() (rethrows the collective's error), test() -> bool, valid()
 //   timeline_start(comm, path), timeline_stop(), timeline_on() -> bool,
 //   timeline_now_ns() -> int, timeline_name_next(name),
@@ -96,6 +102,10 @@ std::vector<std::size_t> counts(const std::vector<std::int64_t>& v) {
 
 using C = kolo::Communicator;
 
+kolo::Place where(int device, Ptr stream) {
+  return device < 0 ? kolo::Place::host() : kolo::Place::cuda(device, reinterpret_cast<void*>(stream));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -120,6 +130,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("dtype_name", [](int t) { return std::string(kolo::dtype_name(dt(t))); });
   m.def("op_name", [](int o) { return std::string(kolo::op_name(op(o))); });
   m.def("op_supported", [](int t, int o) { return kolo::op_supported(dt(t), op(o)); });
+  m.def("cuda_built", [] { return kolo::cuda_built(); });
 
   py::class_<kolo::Work>(m, "Work")
       .def("wait", &kolo::Work::wait, Release())
@@ -151,55 +162,64 @@ PYBIND11_MODULE(_C, m) {
       .def("cross_rank", &C::cross_rank)
       .def("cross_size", &C::cross_size)
       .def("transport", &C::transport)
+      .def("gpu_transport", &C::gpu_transport)
       .def("failed", &C::failed)
       .def("valid", &C::valid)
       .def("close", [](C& c) { c = C(); }, Release())
       .def("allreduce",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s) {
-             c.allreduce(cin(i), out(o), cnt(n), dt(t), op(r), s);
-           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{})
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s, int d, Ptr st) {
+             c.allreduce(cin(i), out(o), cnt(n), dt(t), op(r), s, where(d, st));
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{}, "device"_a = -1,
+           "stream"_a = Ptr{0})
       .def("allreduce_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s) {
-             return c.allreduce_async(cin(i), out(o), cnt(n), dt(t), op(r), s);
-           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{})
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s, int d, Ptr st) {
+             return c.allreduce_async(cin(i), out(o), cnt(n), dt(t), op(r), s, where(d, st));
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{}, "device"_a = -1,
+           "stream"_a = Ptr{0})
       .def("broadcast",
-           [](C& c, Ptr p, std::int64_t n, int t, int root, const Shape& s) {
-             c.broadcast(out(p), cnt(n), dt(t), root, s);
-           }, Release(), "data"_a, "count"_a, "dtype"_a, "root"_a, "shape"_a = Shape{})
+           [](C& c, Ptr p, std::int64_t n, int t, int root, const Shape& s, int d, Ptr st) {
+             c.broadcast(out(p), cnt(n), dt(t), root, s, where(d, st));
+           }, Release(), "data"_a, "count"_a, "dtype"_a, "root"_a, "shape"_a = Shape{}, "device"_a = -1,
+           "stream"_a = Ptr{0})
       .def("broadcast_async",
-           [](C& c, Ptr p, std::int64_t n, int t, int root, const Shape& s) {
-             return c.broadcast_async(out(p), cnt(n), dt(t), root, s);
-           }, Release(), "data"_a, "count"_a, "dtype"_a, "root"_a, "shape"_a = Shape{})
+           [](C& c, Ptr p, std::int64_t n, int t, int root, const Shape& s, int d, Ptr st) {
+             return c.broadcast_async(out(p), cnt(n), dt(t), root, s, where(d, st));
+           }, Release(), "data"_a, "count"_a, "dtype"_a, "root"_a, "shape"_a = Shape{}, "device"_a = -1,
+           "stream"_a = Ptr{0})
       .def("allgather",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t) { c.allgather(cin(i), out(o), cnt(n), dt(t)); },
-           Release())
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st) {
+             c.allgather(cin(i), out(o), cnt(n), dt(t), where(d, st));
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("allgather_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t) {
-             return c.allgather_async(cin(i), out(o), cnt(n), dt(t));
-           }, Release())
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st) {
+             return c.allgather_async(cin(i), out(o), cnt(n), dt(t), where(d, st));
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("allgatherv",
-           [](C& c, Ptr i, Ptr o, const std::vector<std::int64_t>& ns, int t) {
-             c.allgatherv(cin(i), out(o), counts(ns), dt(t));
-           }, Release())
+           [](C& c, Ptr i, Ptr o, const std::vector<std::int64_t>& ns, int t, int d, Ptr st) {
+             c.allgatherv(cin(i), out(o), counts(ns), dt(t), where(d, st));
+           }, Release(), "in"_a, "out"_a, "counts"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("allgatherv_async",
-           [](C& c, Ptr i, Ptr o, const std::vector<std::int64_t>& ns, int t) {
-             return c.allgatherv_async(cin(i), out(o), counts(ns), dt(t));
-           }, Release())
+           [](C& c, Ptr i, Ptr o, const std::vector<std::int64_t>& ns, int t, int d, Ptr st) {
+             return c.allgatherv_async(cin(i), out(o), counts(ns), dt(t), where(d, st));
+           }, Release(), "in"_a, "out"_a, "counts"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("reduce_scatter",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s) {
-             c.reduce_scatter(cin(i), out(o), cnt(n), dt(t), op(r), s);
-           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{})
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s, int d, Ptr st) {
+             c.reduce_scatter(cin(i), out(o), cnt(n), dt(t), op(r), s, where(d, st));
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{}, "device"_a = -1,
+           "stream"_a = Ptr{0})
       .def("reduce_scatter_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s) {
-             return c.reduce_scatter_async(cin(i), out(o), cnt(n), dt(t), op(r), s);
-           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{})
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s, int d, Ptr st) {
+             return c.reduce_scatter_async(cin(i), out(o), cnt(n), dt(t), op(r), s, where(d, st));
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{}, "device"_a = -1,
+           "stream"_a = Ptr{0})
       .def("alltoall",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t) { c.alltoall(cin(i), out(o), cnt(n), dt(t)); },
-           Release())
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st) {
+             c.alltoall(cin(i), out(o), cnt(n), dt(t), where(d, st));
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("alltoall_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t) {
-             return c.alltoall_async(cin(i), out(o), cnt(n), dt(t));
-           }, Release())
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st) {
+             return c.alltoall_async(cin(i), out(o), cnt(n), dt(t), where(d, st));
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("barrier", &C::barrier, Release())
       .def("barrier_async", &C::barrier_async, Release())
       .def("split", &C::split, py::arg("color"), py::arg("key") = 0, Release())

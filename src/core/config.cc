@@ -38,6 +38,7 @@ std::vector<Setting> job_wide_settings() {
   auto num = [](std::int64_t v) { return std::to_string(v); };
   return {
       {"KOLO_TRANSPORT", transport()},
+      {"KOLO_GPU_TRANSPORT", gpu_transport()},
       {"KOLO_HIERARCHICAL", hierarchical() ? "1" : "0"},
       {"KOLO_SHM_CHUNK", num(shm_chunk_bytes())},
       {"KOLO_RING_SEGMENT", num(ring_segment_bytes())},

@@ -15,6 +15,10 @@ std::string env_str(const char* name, const std::string& def);
 // --- transport -------------------------------------------------------------
 // "auto" (shared memory on one host; across hosts hierarchical, see KOLO_HIERARCHICAL), "shm" or "tcp".
 inline std::string transport() { return env_str("KOLO_TRANSPORT", "auto"); }
+// How collectives on CUDA memory move data (transport/gpu.h): "auto" or
+// "host" (device memory staged through pinned host memory and the transport
+// above: the one data plane built so far).
+inline std::string gpu_transport() { return env_str("KOLO_GPU_TRANSPORT", "auto"); }
 // Bytes per rank and pipeline stage of the shared-memory collectives: big
 // enough to amortise one flag synchronisation, small enough to stay in cache.
 inline std::int64_t shm_chunk_bytes() { return env_int("KOLO_SHM_CHUNK", 256 << 10); }

@@ -20,6 +20,11 @@ const char* kind_name(Kind k) {
 
 std::string Fingerprint::call(bool shape) const {
   if (magic != kMagic) return "something that is not a kolo collective";
+  if (place != Place::Kind::Host) {
+    Fingerprint host = *this;
+    host.place = Place::Kind::Host;
+    return host.call(shape) + " on cuda";
+  }
   if (shape && kind != Kind::Allgatherv) {
     std::string text = call();
     return text.insert(text.size() - 1, fmt::format(", shape hash {:08x}", extra >> 32));
@@ -48,6 +53,7 @@ std::uint64_t mix(std::uint64_t x) {
 std::uint64_t Fingerprint::digest() const {
   const std::uint64_t small = static_cast<std::uint64_t>(kind) | static_cast<std::uint64_t>(dtype) << 8 |
                               static_cast<std::uint64_t>(op) << 16 |
+                              static_cast<std::uint64_t>(place) << 24 |
                               static_cast<std::uint64_t>(static_cast<std::uint32_t>(root)) << 32;
   std::uint64_t h = mix(seq ^ 0x6b6f6c6f66707631ull);
   h = mix(h ^ count);
@@ -75,6 +81,11 @@ Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts) {
   }
   f.extra = h;
   return f;
+}
+
+Fingerprint on(Fingerprint fp, const Place& place) {
+  fp.place = place.kind;
+  return fp;
 }
 
 Fingerprint with_shape(Fingerprint fp, std::span<const std::int64_t> shape) {

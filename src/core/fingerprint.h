@@ -25,7 +25,7 @@ struct Fingerprint {
   Kind kind = Kind::Barrier;
   DType dtype = DType::U8;
   Op op = Op::Sum;
-  std::uint8_t pad = 0;
+  Place::Kind place = Place::Kind::Host;  // where the buffers live (host or CUDA memory)
   std::int32_t root = -1;
   std::uint32_t magic = kMagic;
 
@@ -36,13 +36,16 @@ struct Fingerprint {
   // digests, then reads the full fingerprints only to word the error).
   std::uint64_t digest() const;
   // e.g. "allreduce(f32, 1000, sum)" or "broadcast(f32, 1000, root=0)"; with
-  // shape, "allreduce(f32, 1000, sum, shape hash 1a2b3c4d)".
+  // shape, "allreduce(f32, 1000, sum, shape hash 1a2b3c4d)"; on CUDA memory,
+  // "allreduce(f32, 1000, sum) on cuda".
   std::string call(bool shape = false) const;
 };
 static_assert(sizeof(Fingerprint) == 40);
 
 Fingerprint fingerprint(Kind k, DType t, std::size_t count, Op op = Op::Sum, int root = -1);
 Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts);
+// fp of a call whose buffers live at `place` (host: unchanged).
+Fingerprint on(Fingerprint fp, const Place& place);
 // fp checked with the caller's tensor shape as well (none: unchanged).
 Fingerprint with_shape(Fingerprint fp, std::span<const std::int64_t> shape);
 

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@
 #include "engine/engine.h"
 #include "engine/timeline.h"
 #include "rendezvous/store.h"
+#include "transport/gpu.h"
 
 namespace kolo::detail {
 
@@ -54,6 +56,11 @@ struct Context {
   std::unique_ptr<rdv::StoreServer> hosted_store;  // rank 0's, when no launcher hosts one
   std::unique_ptr<rdv::StoreClient> store;
   std::unique_ptr<collectives::Backend> backend;
+  // The data plane of collectives on CUDA memory, made at the first one. Its
+  // tickets in the callers' streams are taken together with the collective's
+  // place in the engine's queue, under gpu_issue (transport/gpu.h).
+  std::unique_ptr<gpu::Plane> gpu;
+  std::mutex gpu_issue;
   std::string prefix;  // this communicator's key space in the store (of this backend generation)
   std::string base_prefix;  // the key space it was formed in; generations live below
   int generation = 0;       // backends built after a rejected collective

@@ -5,19 +5,25 @@
 // mpirun); prints "collectives: N checks passed, M failed" and exits 1 on any
 // failure.
 //
-//   check_collectives [--large] [--filter allreduce] [--expect-transport hier]
+//   check_collectives [--large] [--huge] [--filter allreduce] [--expect-transport hier] [--cuda]
+// --cuda runs every check on CUDA memory of GPU local_rank % devices
+// (memory.h): exit code 77 (skipped) on every rank where no GPU can be used.
+// --huge adds 256 MiB messages (allreduce, allgather).
 // --expect-transport fails every rank whose communicator chose another
 // transport (the emulated-hosts tests check that the hierarchy is in use).
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kolo/kolo.h"
+#include "memory.h"
 #include "reference.h"
 
 using namespace kolo;
@@ -46,12 +52,24 @@ struct Checker {
 };
 
 // A buffer of `count` elements of t.
+// The jobs fill and read it on the host; kolo is given at(p) (memory.h): the
+// pointer itself, or its place in the CUDA mirror, which up() fills before
+// the collective and down() reads back before the check.
 struct Buf {
   std::vector<char> bytes;
-  Buf(DType t, std::size_t count, char fill = 0x5a) : bytes(count * dtype_size(t) + 1, fill) {}
+  Buf(DType t, std::size_t count, char fill = 0x5a) : bytes(count * dtype_size(t) + 1, fill) {
+    test::mirror(bytes.data(), bytes.size());
+  }
+  ~Buf() { test::forget(bytes.data()); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
   char* data() { return bytes.data(); }
+  void up() { test::upload(bytes.data()); }
+  void down() { test::download(bytes.data()); }
   bool same(const Buf& o, std::size_t n) const { return std::memcmp(bytes.data(), o.bytes.data(), n) == 0; }
 };
+using test::at;
+using test::place;
 
 // One prepared collective: run it (blocking or returning a Work), then check.
 struct Job {
@@ -80,11 +98,16 @@ Job allreduce_job(Communicator& c, DType t, Op op, std::size_t count, bool inpla
   Buf* result = inplace ? in.get() : out.get();
   return {"allreduce",
           [=, &c, keep = out](bool async) {
-            if (async) return c.allreduce_async(in->data(), result->data(), count, t, op);
-            c.allreduce(in->data(), result->data(), count, t, op);
+            in->up();
+            if (result != in.get()) result->up();
+            if (async) return c.allreduce_async(at(in->data()), at(result->data()), count, t, op, {}, place());
+            c.allreduce(at(in->data()), at(result->data()), count, t, op, {}, place());
             return Work();
           },
-          [=, keep = out] { return result->same(*want, count * es); }};
+          [=, keep = out] {
+            result->down();
+            return result->same(*want, count * es);
+          }};
 }
 
 Job broadcast_job(Communicator& c, DType t, std::size_t count, int root) {
@@ -96,11 +119,15 @@ Job broadcast_job(Communicator& c, DType t, std::size_t count, int root) {
   }
   return {"broadcast",
           [=, &c](bool async) {
-            if (async) return c.broadcast_async(data->data(), count, t, root);
-            c.broadcast(data->data(), count, t, root);
+            data->up();
+            if (async) return c.broadcast_async(at(data->data()), count, t, root, {}, place());
+            c.broadcast(at(data->data()), count, t, root, {}, place());
             return Work();
           },
-          [=] { return data->same(*want, count * es); }};
+          [=] {
+            data->down();
+            return data->same(*want, count * es);
+          }};
 }
 
 // Equal counts (allgather) or per-rank counts (allgatherv: count + rank, and
@@ -127,16 +154,21 @@ Job allgather_job(Communicator& c, DType t, std::size_t count, bool inplace, boo
   const char* src = inplace ? out->data() + my_offset * es : in->data();
   return {varying ? "allgatherv" : "allgather",
           [=, &c, keep = in](bool async) {
+            in->up();
+            out->up();
             if (varying) {
-              if (async) return c.allgatherv_async(src, out->data(), counts, t);
-              c.allgatherv(src, out->data(), counts, t);
+              if (async) return c.allgatherv_async(at(src), at(out->data()), counts, t, place());
+              c.allgatherv(at(src), at(out->data()), counts, t, place());
             } else {
-              if (async) return c.allgather_async(src, out->data(), count, t);
-              c.allgather(src, out->data(), count, t);
+              if (async) return c.allgather_async(at(src), at(out->data()), count, t, place());
+              c.allgather(at(src), at(out->data()), count, t, place());
             }
             return Work();
           },
-          [=] { return out->same(*want, total * es); }};
+          [=] {
+            out->down();
+            return out->same(*want, total * es);
+          }};
 }
 
 Job reduce_scatter_job(Communicator& c, DType t, Op op, std::size_t count, bool inplace) {
@@ -153,11 +185,17 @@ Job reduce_scatter_job(Communicator& c, DType t, Op op, std::size_t count, bool 
   char* dst = inplace ? in->data() + r * count * es : out->data();
   return {"reduce_scatter",
           [=, &c, keep = out](bool async) {
-            if (async) return c.reduce_scatter_async(in->data(), dst, count, t, op);
-            c.reduce_scatter(in->data(), dst, count, t, op);
+            in->up();
+            out->up();
+            if (async) return c.reduce_scatter_async(at(in->data()), at(dst), count, t, op, {}, place());
+            c.reduce_scatter(at(in->data()), at(dst), count, t, op, {}, place());
             return Work();
           },
-          [=, keep = out] { return std::memcmp(dst, want->data(), count * es) == 0; }};
+          [=, keep = out] {
+            in->down();
+            out->down();
+            return std::memcmp(dst, want->data(), count * es) == 0;
+          }};
 }
 
 Job alltoall_job(Communicator& c, DType t, std::size_t count) {
@@ -171,11 +209,16 @@ Job alltoall_job(Communicator& c, DType t, std::size_t count) {
       put(t, want->data(), q * count + i, input_value(t, Op::Sum, q, r * count + i));
   return {"alltoall",
           [=, &c](bool async) {
-            if (async) return c.alltoall_async(in->data(), out->data(), count, t);
-            c.alltoall(in->data(), out->data(), count, t);
+            in->up();
+            out->up();
+            if (async) return c.alltoall_async(at(in->data()), at(out->data()), count, t, place());
+            c.alltoall(at(in->data()), at(out->data()), count, t, place());
             return Work();
           },
-          [=] { return out->same(*want, count * n * es); }};
+          [=] {
+            out->down();
+            return out->same(*want, count * n * es);
+          }};
 }
 
 // Runs jobs blocking one by one, then all of them asynchronously at once.
@@ -201,7 +244,9 @@ void check_bit_identical(Checker& ck, std::size_t count) {
     std::mt19937 rng(1234 + c.rank());
     std::uniform_real_distribution<float> u(-1, 1);
     for (std::size_t i = 0; i < count; ++i) put(t, data.data(), i, u(rng));
-    c.allreduce(data.data(), data.data(), count, t, Op::Sum);
+    data.up();
+    c.allreduce(at(data.data()), at(data.data()), count, t, Op::Sum, {}, place());
+    data.down();
     std::uint64_t h = 1469598103934665603ull;
     for (std::size_t i = 0; i < count * dtype_size(t); ++i) h = (h ^ static_cast<unsigned char>(data.bytes[i])) * 1099511628211ull;
     std::vector<std::int64_t> all(c.size());
@@ -213,20 +258,64 @@ void check_bit_identical(Checker& ck, std::size_t count) {
   }
 }
 
+// CUDA mode: the collective is ordered on the caller's stream. Rank 0's copy
+// of the result back to the host is queued right after an async allreduce,
+// without Work::wait(), while rank 1 issues its part 300 ms late: the copy
+// must still see the result (the stream waited on the GPU for the collective).
+void check_stream_order(Checker& ck) {
+  Communicator& c = ck.comm;
+  const std::size_t count = 1 << 16;
+  Buf data(DType::F32, count), want(DType::F32, count);
+  std::vector<double> vals(c.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    for (int q = 0; q < c.size(); ++q) vals[q] = input_value(DType::F32, Op::Sum, q, i);
+    put(DType::F32, data.data(), i, vals[c.rank()]);
+    put(DType::F32, want.data(), i, expected(DType::F32, Op::Sum, vals));
+  }
+  data.up();
+  if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Work w = c.allreduce_async(at(data.data()), at(data.data()), count, DType::F32, Op::Sum, {}, place());
+  data.down();  // queued on the stream now, before wait()
+  ck.verdict(data.same(want, count * 4), "result read on the caller's stream right after allreduce_async");
+  w.wait();
+}
+
+// CUDA mode, last: rank 1 passes host memory where the others pass CUDA
+// memory. Every rank must fail with the mismatch error naming both.
+void check_place_mismatch(Checker& ck) {
+  Communicator& c = ck.comm;
+  Buf data(DType::F32, 16);
+  data.up();
+  try {
+    if (c.rank() == 1)
+      c.allreduce(data.data(), data.data(), 16, DType::F32, Op::Sum);
+    else
+      c.allreduce(at(data.data()), at(data.data()), 16, DType::F32, Op::Sum, {}, place());
+    ck.verdict(false, "host memory on rank 1, CUDA memory on the others: no error");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const bool named = what.find("mismatched") != std::string::npos && what.find("on cuda") != std::string::npos;
+    ck.verdict(named, "host memory on rank 1, CUDA memory on the others: " + what);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool large = false;
+  bool large = false, huge = false, cuda = false;
   std::string filter, transport;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--large") large = true;
+    else if (a == "--huge") huge = true;
+    else if (a == "--cuda") cuda = true;
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (a == "--expect-transport" && i + 1 < argc) transport = argv[++i];
-    else { std::fprintf(stderr, "usage: check_collectives [--large] [--filter NAME] [--expect-transport NAME]\n"); return 2; }
+    else { std::fprintf(stderr, "usage: check_collectives [--large] [--huge] [--filter NAME] [--expect-transport NAME] [--cuda]\n"); return 2; }
   }
   try {
     Communicator comm = init();
+    if (cuda && !test::use_cuda(comm.local_rank())) return test::kSkipped;
     Checker ck{comm};
     if (!transport.empty())
       ck.verdict(comm.transport() == transport,
@@ -290,10 +379,23 @@ int main(int argc, char** argv) {
         batch.push_back({"alltoall(f32, 64 MiB)", [&] { return alltoall_job(comm, DType::F32, big / n); }});
       run_both_ways(ck, std::move(batch));
     }
+    if (huge) {
+      const std::size_t big = (256u << 20) / 4;
+      std::vector<std::pair<std::string, std::function<Job()>>> batch;
+      if (want("allreduce"))
+        batch.push_back({"allreduce(f32, sum, 256 MiB, in place)", [&] { return allreduce_job(comm, DType::F32, Op::Sum, big, true); }});
+      if (want("allgather"))
+        batch.push_back({"allgather(f32, 256 MiB total)", [&] { return allgather_job(comm, DType::F32, big / n, false, false); }});
+      run_both_ways(ck, std::move(batch));
+    }
+    if (test::on_cuda() && n > 1) {
+      check_stream_order(ck);
+      check_place_mismatch(ck);
+    }
     comm.barrier();
     if (comm.rank() == 0 || ck.failed > 0)
-      std::printf("collectives: %d passed, %d failed (%d ranks, transport %s)\n", ck.passed, ck.failed, n,
-                  comm.transport().c_str());
+      std::printf("collectives: %d passed, %d failed (%d ranks, transport %s%s)\n", ck.passed, ck.failed, n,
+                  comm.transport().c_str(), test::on_cuda() ? (", CUDA memory, gpu transport " + comm.gpu_transport()).c_str() : "");
     return ck.failed == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -293,6 +293,39 @@ TEST_F(BadInput, OverlappingBuffers) {
   EXPECT_EQ(x[4 * R], static_cast<float>(R * S));
 }
 
+// CUDA memory (kolo::Place::cuda) where it cannot be used: a build without
+// CUDA, a machine without a GPU (CI), or — on a GPU machine — a host buffer
+// passed as CUDA memory. Each is caught before anything is queued.
+TEST_F(BadInput, CudaMemoryThatCannotBeUsed) {
+  const auto gpu = kolo::Place::cuda(0);
+  EXPECT_EQ(comm.gpu_transport(), kolo::cuda_built() ? "host" : "none");
+  const std::vector<std::pair<const char*, std::function<void()>>> calls = {
+      {"allreduce", [&] { comm.allreduce(a.data(), b.data(), 4, DType::F32, Op::Sum, {}, gpu); }},
+      {"allreduce", [&] { comm.allreduce_async(a.data(), a.data(), 4, DType::F32, Op::Sum, {}, gpu); }},
+      {"broadcast", [&] { comm.broadcast(a.data(), 4, DType::F32, 0, {}, gpu); }},
+      {"allgather", [&] { comm.allgather(a.data(), b.data(), 4, DType::F32, gpu); }},
+      {"allgatherv", [&] { comm.allgatherv(a.data(), b.data(), std::vector<std::size_t>(S, 1), DType::F32, gpu); }},
+      {"reduce_scatter", [&] { comm.reduce_scatter(a.data(), b.data(), 4, DType::F32, Op::Sum, {}, gpu); }},
+      {"alltoall", [&] { comm.alltoall_async(a.data(), b.data(), 4, DType::F32, gpu); }},
+  };
+  for (const auto& [what, call] : calls) {
+    const std::string e = error_of(call), head = P + what + ": ";
+    if (!kolo::cuda_built()) {
+      EXPECT_EQ(e, head + "the buffers are CUDA memory (Place::cuda), but this kolo was built without CUDA: "
+                          "rebuild it where the CUDA toolkit is installed (CMake finds nvcc on PATH or in "
+                          "/usr/local/cuda; -DKOLO_CUDA=ON makes its absence an error)");
+    } else if (e.find("no CUDA device can be used") != std::string::npos) {
+      EXPECT_TRUE(std::regex_match(e, std::regex(head + "the buffers are CUDA memory \\(cuda:0\\), but no CUDA "
+                                                        "device can be used in this process: .+ \\(cuda\\w+\\)")))
+          << e;
+    } else {  // a GPU machine: the host buffer is refused
+      EXPECT_TRUE(std::regex_match(e, std::regex(head + "the (input|data) buffer at 0x[0-9a-f]+ is host memory, but "
+                                                        "the call says its buffers are CUDA memory of cuda:0")))
+          << e;
+    }
+  }
+}
+
 TEST_F(BadInput, DefaultConstructedCommunicator) {
   kolo::Communicator none;
   EXPECT_FALSE(none.valid());

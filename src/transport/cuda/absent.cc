@@ -1,0 +1,27 @@
+// kolo built without CUDA (CMake found no CUDA toolkit, or -DKOLO_CUDA=OFF):
+// the same interface, and a clear error where CUDA memory is asked for.
+#include "core/error.h"
+#include "transport/gpu.h"
+
+namespace kolo::gpu {
+
+namespace {
+[[noreturn]] void not_built(const char* what) {
+  fail("{}: the buffers are CUDA memory (Place::cuda), but this kolo was built without CUDA: rebuild it "
+       "where the CUDA toolkit is installed (CMake finds nvcc on PATH or in /usr/local/cuda; "
+       "-DKOLO_CUDA=ON makes its absence an error)",
+       what);
+}
+}  // namespace
+
+bool built() { return false; }
+
+void check(const char* what, const Place&, std::initializer_list<Buffer>) { not_built(what); }
+
+std::size_t Plane::staging_bytes(const void*, std::size_t, const void*, std::size_t) { return 0; }
+
+std::unique_ptr<Plane> make_plane() { not_built("a collective"); }
+
+std::string planned_plane() { return "none"; }
+
+}  // namespace kolo::gpu

@@ -1,0 +1,109 @@
+// check_collectives' buffers in CUDA memory (memory.h). Copies are made on the
+// test's own stream, the one the collectives are ordered on, so an upload is
+// read by the collective after it and a download waits for the collective.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "memory.h"
+
+namespace kolo::test {
+
+namespace {
+
+struct Mirror {
+  char* device;
+  std::size_t bytes;
+};
+
+int g_device = -1;
+cudaStream_t g_stream = nullptr;
+std::mutex g_mu;
+std::map<const char*, Mirror, std::greater<>> g_mirrors;  // by host base, descending: lower_bound finds the owner
+
+void ok(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "test: %s failed: %s\n", call, cudaGetErrorString(e));
+  std::exit(1);
+}
+#define OK(call) ok((call), #call)
+
+const std::pair<const char* const, Mirror>& owner(const char* p) {
+  std::lock_guard lk(g_mu);
+  auto it = g_mirrors.lower_bound(p);
+  if (it == g_mirrors.end() || p > it->first + it->second.bytes) {
+    std::fprintf(stderr, "test: %p is in no mirrored buffer\n", static_cast<const void*>(p));
+    std::exit(1);
+  }
+  return *it;
+}
+
+}  // namespace
+
+bool use_cuda(int device) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::fprintf(stderr, "skipped: no GPU (no CUDA device can be used in this process)\n");
+    return false;
+  }
+  g_device = device % n;
+  OK(cudaSetDevice(g_device));
+  OK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+  return true;
+}
+
+bool on_cuda() { return g_device >= 0; }
+
+Place place() { return on_cuda() ? Place::cuda(g_device, g_stream) : Place::host(); }
+
+void mirror(char* host, std::size_t bytes) {
+  if (!on_cuda()) return;
+  void* d = nullptr;
+  OK(cudaMalloc(&d, bytes == 0 ? 1 : bytes));
+  std::lock_guard lk(g_mu);
+  g_mirrors[host] = {static_cast<char*>(d), bytes};
+}
+
+void forget(char* host) {
+  if (!on_cuda()) return;
+  Mirror m;
+  {
+    std::lock_guard lk(g_mu);
+    auto it = g_mirrors.find(host);
+    if (it == g_mirrors.end()) return;
+    m = it->second;
+    g_mirrors.erase(it);
+  }
+  OK(cudaStreamSynchronize(g_stream));
+  OK(cudaFree(m.device));
+}
+
+char* at(char* p) { return const_cast<char*>(at(static_cast<const char*>(p))); }
+
+const char* at(const char* p) {
+  if (!on_cuda()) return p;
+  const auto& [base, m] = owner(p);
+  return m.device + (p - base);
+}
+
+void upload(const char* host_base) {
+  if (!on_cuda()) return;
+  const auto& [base, m] = owner(host_base);
+  OK(cudaMemcpyAsync(m.device, base, m.bytes, cudaMemcpyHostToDevice, g_stream));
+}
+
+void download(char* host_base) {
+  if (!on_cuda()) return;
+  const auto& [base, m] = owner(host_base);
+  OK(cudaMemcpyAsync(const_cast<char*>(base), m.device, m.bytes, cudaMemcpyDeviceToHost, g_stream));
+  OK(cudaStreamSynchronize(g_stream));
+}
+
+void settle() {
+  if (on_cuda()) OK(cudaStreamSynchronize(g_stream));
+}
+
+}  // namespace kolo::test
