@@ -1,6 +1,8 @@
 """Horovod's build queries (hvd.mpi_built(), hvd.nccl_built(), ...), the same
 for every framework layer: kolo's engine has its own transports (shared
-memory, TCP) and none of MPI, Gloo, NCCL, DDL, oneCCL, CUDA or ROCm."""
+memory, TCP) and none of MPI, Gloo, NCCL, DDL, oneCCL or ROCm; CUDA where it
+was built with the CUDA toolkit (collectives on CUDA tensors)."""
+from kolo import _C
 
 
 def mpi_threads_supported():
@@ -36,7 +38,7 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    return _C.cuda_built()
 
 
 def rocm_built():

@@ -2,7 +2,7 @@
 
 Names, arguments and defaults follow ``horovod.torch``. Differences (see
 python/README.md): collectives are matched by call order, not by name;
-CPU tensors only; no Adasum. Process sets (kolo/process_sets.py) are
+CPU and CUDA tensors (CUDA where kolo was built with it); no Adasum. Process sets (kolo/process_sets.py) are
 Horovod's, each a kolo sub-communicator.
 """
 from kolo._C import Error as KoloError

@@ -30,7 +30,7 @@ def start(comm, blocks, width, whole=None):
         send = whole
     recv = first.new_empty((n, width) + tail)
     code, count = dtypes.move_code(recv)
-    work = comm.alltoall_async(send.data_ptr(), recv.data_ptr(), count // n, code)
+    work = comm.alltoall_async(send.data_ptr(), recv.data_ptr(), count // n, code, **dtypes.place(recv))
     return work, recv, (send, recv)
 
 

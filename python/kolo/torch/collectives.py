@@ -19,7 +19,7 @@ from kolo.basics import comm, error
 from kolo.process_sets import root_in_scope, with_process_set
 from kolo.reduce_ops import resolve_op
 from kolo.torch import alltoallv, dtypes
-from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, reduce_plan
+from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, place, reduce_plan
 
 
 def _scale(what, t, factor, kind):
@@ -62,6 +62,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
         dst = output
     c = comm()
     args = (src.data_ptr(), dst.data_ptr(), src.numel(), dt, code, tensor.shape)  # shape: as Horovod's check
+    where = place(src)
 
     if dst is output and postscale == 1.0 and not int_average:
         finish = lambda: output  # noqa: E731
@@ -76,9 +77,9 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
             return output
     _name_next(name)
     if blocking:
-        c.allreduce(*args)
+        c.allreduce(*args, **where)
         return finish()
-    return handles.add(c.allreduce_async(*args), (tensor, src, dst, output), finish)
+    return handles.add(c.allreduce_async(*args, **where), (tensor, src, dst, output), finish)
 
 
 @with_process_set
@@ -181,11 +182,12 @@ def _allgather_start(what, tensor, name, blocking):
     counts = [f * per_row for f in firsts]
     c = comm()
     args = (t.data_ptr(), output.data_ptr(), counts, dt)
+    where = place(t)
     _name_next(name)
     if blocking:
-        c.allgatherv(*args)
+        c.allgatherv(*args, **where)
         return output
-    return handles.add(c.allgatherv_async(*args), (t, output), lambda: output)
+    return handles.add(c.allgatherv_async(*args, **where), (t, output), lambda: output)
 
 
 def _row_units(t):
@@ -218,11 +220,12 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
     dt, n = move_code(output)
     c = comm()
     args = (output.data_ptr(), n, dt, root_in_scope(root_rank, what), output.shape)
+    where = place(output)
     _name_next(name)
     if blocking:
-        c.broadcast(*args)
+        c.broadcast(*args, **where)
         return output
-    return handles.add(c.broadcast_async(*args), (tensor, output), lambda: output)
+    return handles.add(c.broadcast_async(*args, **where), (tensor, output), lambda: output)
 
 
 @with_process_set
@@ -337,6 +340,7 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
         src = padded
     out = src.new_empty((biggest,) + tail)
     args = (src.data_ptr(), out.data_ptr(), biggest * per_row, dt, code, tensor.shape)
+    where = place(src)
 
     def finish():
         res = out[:split[me]]
@@ -349,9 +353,9 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
         return res
     _name_next(name)
     if blocking:
-        c.reduce_scatter(*args)
+        c.reduce_scatter(*args, **where)
         return finish()
-    return handles.add(c.reduce_scatter_async(*args), (tensor, src, out), finish)
+    return handles.add(c.reduce_scatter_async(*args, **where), (tensor, src, out), finish)
 
 
 @with_process_set

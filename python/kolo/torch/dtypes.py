@@ -30,19 +30,39 @@ SUPPORTED = ("float32, float64, float16, bfloat16, int64, int32, int16, int8, ui
 
 
 def check_tensor(what, t, name=None):
-    """Refuses what kolo cannot read in place: non-tensors, non-CPU, strided views."""
+    """Refuses what kolo cannot read in place: non-tensors, devices other than
+    the CPU and CUDA (CUDA only where kolo was built with it), strided views."""
     label = f" '{name}'" if name else ""
     if not isinstance(t, torch.Tensor):
         raise TypeError(error(what, f"expected a torch.Tensor{label}, got {type(t).__name__}"))
-    if t.device.type != "cpu":
-        raise ValueError(error(what, f"tensor{label} is on device {t.device}; this kolo build "
-                               "handles CPU tensors only (move it with .cpu())"))
+    if t.device.type == "cuda":
+        if not _C.cuda_built():
+            raise ValueError(error(what, f"tensor{label} is on {t.device}, but this kolo was built "
+                                   "without CUDA (rebuild it where the CUDA toolkit is installed, "
+                                   "or move the tensor with .cpu())"))
+    elif t.device.type != "cpu":
+        raise ValueError(error(what, f"tensor{label} is on device {t.device}; kolo handles CPU "
+                               "and CUDA tensors (move it with .cpu())"))
     if t.dtype not in _NATIVE and t.dtype not in _WIDENED and t.dtype != torch.bool:
         raise TypeError(error(what, f"tensor{label} has dtype {t.dtype}, which kolo does not "
                               f"support (supported: {SUPPORTED})"))
     if not t.is_contiguous():
         raise ValueError(error(what, f"tensor{label} is not contiguous (shape {tuple(t.shape)}, "
                                f"strides {t.stride()}); pass tensor.contiguous()"))
+
+
+_HOST = {}
+
+
+def place(t):
+    """Where t's memory is, as kolo._C's collectives take it (device=, stream=):
+    nothing for a CPU tensor; for a CUDA tensor its device and torch's current
+    stream there, on which the collective is ordered as a kernel would be (it
+    reads t after the work queued there before it; work queued after it sees
+    its result)."""
+    if t.device.type != "cuda":
+        return _HOST
+    return {"device": t.device.index, "stream": torch.cuda.current_stream(t.device).cuda_stream}
 
 
 def move_code(t):

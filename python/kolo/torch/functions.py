@@ -8,7 +8,7 @@ import torch
 from kolo import _C
 from kolo.basics import comm, error, rank
 from kolo.process_sets import root_in_scope, with_process_set
-from kolo.torch.dtypes import check_tensor, move_code
+from kolo.torch.dtypes import check_tensor, move_code, place
 
 
 def _i64(values):
@@ -36,7 +36,8 @@ def broadcast_parameters(params, root_rank=0, process_set=None):
     """Copies root_rank's parameters (a state_dict, named_parameters(), or a
     list of tensors or (name, tensor) pairs) into every rank's, in place.
 
-    Tensors of one dtype travel as one fused buffer."""
+    Tensors of one dtype and device travel as one fused buffer (CUDA
+    tensors in CUDA memory, on torch's current stream)."""
     what = "broadcast_parameters"
     if isinstance(params, dict):
         items = sorted(params.items(), key=lambda kv: str(kv[0]))
@@ -46,15 +47,15 @@ def broadcast_parameters(params, root_rank=0, process_set=None):
     for n, p in items:
         check_tensor(what, p, n)
     _check_same_everywhere(what, ";".join(f"{n}:{tuple(p.shape)}:{p.dtype}" for n, p in items))
-    by_dtype = {}
+    fused = {}
     for n, p in items:
-        by_dtype.setdefault(p.dtype, []).append(p)
+        fused.setdefault((p.dtype, p.device), []).append(p)
     c = comm()
-    for dtype, ps in by_dtype.items():
+    for ps in fused.values():
         with torch.no_grad():
             flat = torch.cat([p.detach().reshape(-1) for p in ps]) if ps else None
             dt, count = move_code(flat)
-            c.broadcast(flat.data_ptr(), count, dt, root_in_scope(root_rank, what))
+            c.broadcast(flat.data_ptr(), count, dt, root_in_scope(root_rank, what), **place(flat))
             if rank() != root_rank:
                 offset = 0
                 for p in ps:

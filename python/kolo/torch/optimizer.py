@@ -54,7 +54,9 @@ class _Bucket:
     def __init__(self, params, wire_dtype):
         self.params = params
         n = sum(p.numel() for p in params)
-        self.buffer = torch.zeros(n, dtype=wire_dtype)
+        # On the parameters' device: a CUDA model's buckets are reduced in CUDA
+        # memory, ordered on the stream backward computed the gradients on.
+        self.buffer = torch.zeros(n, dtype=wire_dtype, device=params[0].device)
         self.views, off = [], 0
         for p in params:
             self.views.append(self.buffer[off:off + p.numel()])
@@ -71,16 +73,16 @@ def _wire_dtype(compression, p):
 
 
 def make_buckets(params, compression):
-    buckets, current, size, dtype = [], [], 0, None
+    buckets, current, size, dtype, device = [], [], 0, None, None
     cap = FIRST_BUCKET_BYTES
     for p in reversed(params):
         wire = _wire_dtype(compression, p)
-        if current and wire != dtype:
+        if current and (wire != dtype or p.device != device):
             buckets.append(_Bucket(current, dtype))
             current, size = [], 0
         current.append(p)
         size += p.numel() * torch.empty(0, dtype=wire).element_size()
-        dtype = wire
+        dtype, device = wire, p.device
         if size >= cap:  # as DDP: a bucket closes once it holds at least the cap
             buckets.append(_Bucket(current, dtype))
             current, size, cap = [], 0, BUCKET_BYTES
@@ -225,7 +227,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if len(b.params) != 1 or self._predivide != 1.0:
             return None
         g = b.params[0].grad
-        if (g is None or g.is_sparse or g.device.type != "cpu" or g.dtype != b.buffer.dtype
+        if (g is None or g.is_sparse or g.device != b.buffer.device or g.dtype != b.buffer.dtype
                 or not g.is_contiguous()):
             return None
         return g
@@ -241,7 +243,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._t_first:
             _C.timeline_name_next(f"bucket {self._next}")  # _issue_ready's index of b
             b.t_issue = _C.timeline_now_ns()
-        b.work = self._comm().allreduce_async(ptr, ptr, b.buffer.numel(), b.code, self._wire_op)
+        b.work = self._comm().allreduce_async(ptr, ptr, b.buffer.numel(), b.code, self._wire_op,
+                                              **dtypes.place(b.target))
 
     def _fill(self, b):
         """Copies the bucket's gradients (zeros for those that never arrived) into its buffer."""
@@ -323,7 +326,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for b in self._buckets:
                 b.buffer.zero_()
                 ptr = b.buffer.data_ptr()
-                self._comm().allreduce(ptr, ptr, b.buffer.numel(), b.code, self._wire_op)
+                self._comm().allreduce(ptr, ptr, b.buffer.numel(), b.code, self._wire_op,
+                                       **dtypes.place(b.buffer))
 
     @contextlib.contextmanager
     def skip_synchronize(self):

@@ -1,7 +1,8 @@
-"""SyncBatchNorm: batch normalisation over the global batch of all ranks, on CPU.
+"""SyncBatchNorm: batch normalisation over the global batch of all ranks.
 
 Horovod's ``hvd.SyncBatchNorm`` (and torch 1.13's ``nn.SyncBatchNorm``) run on
-GPUs only; this one is the same computation on kolo's communicator. In
+GPUs only; this one is the same computation on kolo's communicator, on CPU
+and CUDA tensors (the statistics live on the input's device). In
 training, the statistics are those of the concatenation of every rank's batch
 (ranks may hold different numbers of samples, also none), so N ranks with
 batch b give what BatchNorm gives one process with batch N*b:
@@ -26,11 +27,13 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from kolo import _C, basics
 from kolo.basics import error
+from kolo.torch import dtypes
 
 
 def _allreduce_sum(buf):
-    """In place over all ranks; buf is a contiguous float64 tensor."""
-    basics.comm().allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), _C.F64, _C.SUM)
+    """In place over all ranks; buf is a contiguous float64 tensor (CPU or CUDA)."""
+    basics.comm().allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), _C.F64, _C.SUM,
+                            **dtypes.place(buf))
 
 
 def _compute_dtype(t):
@@ -46,7 +49,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         dims = [0] + list(range(2, x.dim()))
         xc = x.to(_compute_dtype(x))
         count = x.numel() // channels if channels else 0
-        stats = torch.zeros(1 + 2 * channels, dtype=torch.float64)
+        stats = torch.zeros(1 + 2 * channels, dtype=torch.float64, device=x.device)
         if count:
             var, mean = torch.var_mean(xc, dim=dims, unbiased=False)
             mean, var = mean.double(), var.double()
@@ -81,7 +84,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         xmu = xc - mean.view(shape)
         sum_dy = dyc.sum(dims)
         sum_dy_xmu = (dyc * xmu).sum(dims)
-        sums = torch.cat([sum_dy, sum_dy_xmu]).double()
+        sums = torch.cat([sum_dy, sum_dy_xmu]).double().contiguous()
         _allreduce_sum(sums)  # every rank, even one that needs no input gradient
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:

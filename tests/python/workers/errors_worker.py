@@ -56,7 +56,7 @@ def local_errors():
     dev, kind = foreign_device_tensor()
     for fn, name in ((hvd.allreduce, "allreduce"), (hvd.allgather, "allgather"),
                      (lambda t: hvd.broadcast(t, 0), "broadcast")):
-        raises(ValueError, [name, f"on device {kind}", "CPU tensors only"], lambda: fn(dev),
+        raises(ValueError, [name, f"on device {kind}", "kolo handles CPU and CUDA tensors"], lambda: fn(dev),
                f"{kind} tensor to {name}")
     for dtype in (torch.complex64, torch.complex128):
         raises(TypeError, ["allreduce", f"dtype {dtype}", "does not support"],
