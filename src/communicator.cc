@@ -103,10 +103,11 @@ struct Buffers {
 // call is host(in, out). Host memory: a blocking call runs inline when
 // nothing is queued. CUDA memory: the collective takes its ticket in the
 // caller's stream and its place in the engine's queue together, under the
-// issue lock (transport/gpu.h), and its data plane moves the bytes.
+// issue lock, and its data plane moves the bytes (transport/gpu.h).
+// `counts`: allgather(v)'s elements of each rank.
 template <class Host>
 Work start(detail::Context& c, bool blocking, const char* what, const Place& place, Fingerprint fp,
-           std::size_t bytes, Buffers b, Host host) {
+           std::size_t bytes, Buffers b, Host host, std::vector<std::size_t> counts = {}) {
   if (place.on_host()) {
     auto op = collective(c, fp, bytes, [b, host] { host(b.in, b.out); });
     if (blocking) {
@@ -116,13 +117,20 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
     return c.make_work(c.engine.submit(std::move(op)));
   }
   gpu::check(what, place, {{"input", b.in, b.in_bytes}, {"output", b.out, b.out_bytes}});
+  gpu::Call call{what, on(fp, place), std::move(counts), b.in, b.in_bytes, b.out, b.out_bytes};
   std::shared_ptr<detail::WorkState> state;
   {
     std::lock_guard lk(c.gpu_issue);
-    if (!c.gpu) c.gpu = gpu::make_plane();
-    auto ticket = c.gpu->issue(what, place, gpu::Plane::staging_bytes(b.in, b.in_bytes, b.out, b.out_bytes));
-    state = c.engine.submit(collective(c, on(fp, place), bytes, [&c, ticket, b, host] {
-      c.gpu->staged(*ticket, b.in, b.in_bytes, b.out, b.out_bytes, host);
+    if (!c.gpu) c.gpu = gpu::make_plane(c.size, c.cross_size == 1);
+    auto ticket = c.gpu->issue(call, place);
+    state = c.engine.submit(collective(c, call.fp, bytes, [&c, ticket, call, host] {
+      const gpu::HostLink link{
+          c.rank, c.size, [&c] { c.backend->barrier(); },
+          [&c](const void* mine, void* all, std::size_t n) {
+            c.backend->allgatherv(mine, all, std::vector<std::size_t>(c.size, n), DType::U8);
+          },
+          host};
+      c.gpu->run(*ticket, call, link);
     }));
   }
   if (blocking) {
@@ -159,7 +167,7 @@ bool cuda_built() { return gpu::built(); }
 std::string Communicator::gpu_transport() const {
   auto& c = ctx_of(ctx_);
   std::lock_guard lk(c.gpu_issue);
-  return c.gpu ? c.gpu->name() : gpu::planned_plane();
+  return c.gpu ? c.gpu->name() : gpu::planned_plane(c.size, c.cross_size == 1);
 }
 
 std::string Communicator::transport() const {
@@ -241,8 +249,10 @@ static Work allgatherv_op(detail::Context& c, bool blocking, const char* what, c
   out = nonnull(out);
   const bool equal = std::string_view(what) == "allgather";
   Fingerprint fp = equal ? fingerprint(Kind::Allgather, t, counts[0]) : fingerprint_v(t, counts);
+  std::vector<std::size_t> per_rank = counts;
   return start(c, blocking, what, place, fp, total, {in, mine, out, total},
-               [&c, counts = std::move(counts), t](const void* i, void* o) { c.backend->allgatherv(i, o, counts, t); });
+               [&c, counts = std::move(counts), t](const void* i, void* o) { c.backend->allgatherv(i, o, counts, t); },
+               std::move(per_rank));
 }
 
 void Communicator::allgather(const void* in, void* out, std::size_t count, DType t, const Place& place) {

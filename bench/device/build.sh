@@ -2,8 +2,10 @@
 # Builds kolorun and the fashion_mnist trainer against the LibTorch of a PyPI
 # torch ($PY, default python3) on a machine without Debian's development
 # packages, from the .debs that pack.sh put in DIR (unpacked into
-# /tmp/kolodeps; the programs find them by their RUNPATH).
-#   bench/device/build.sh DIR BUILD_DIR [more ninja targets, e.g. kolo-bench]
+# /tmp/kolodeps; the programs find them by their RUNPATH). Configured with the
+# tests, the Python extension (for $PY, with its pybind11) and, where nvcc is
+# found, kolo's GPU parts, so that more targets can be named.
+#   bench/device/build.sh DIR BUILD_DIR [more ninja targets, e.g. kolo-bench check_collectives kolo_python]
 set -euo pipefail
 dir=$(cd "${1:?usage: build.sh DIR BUILD_DIR}" && pwd) build=${2:?usage: build.sh DIR BUILD_DIR}
 PY=${PY:-python3} deps=/tmp/kolodeps
@@ -18,10 +20,12 @@ export PKG_CONFIG_SYSROOT_DIR=$deps PKG_CONFIG_LIBDIR=$deps/usr/lib/x86_64-linux
 torch_cmake=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
 # The CUDA wheels' libtorch_cuda.so needs the nvidia-* wheels' libraries at
 # link time too (an older system NCCL would not do).
-rpath_link=$(ls -d "$torch_cmake"/../../../nvidia/*/lib 2>/dev/null | sed 's/^/-Wl,-rpath-link,/' | tr '\n' ' ')
+rpath_link=$( (ls -d "$torch_cmake"/../../../nvidia/*/lib 2>/dev/null || true) | sed 's/^/-Wl,-rpath-link,/' | tr '\n' ' ')
 # Without it, Caffe2's CMake probes the GPU with a test program.
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-cmake -S "$(dirname "$0")/../.." -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOLO_BUILD_TESTS=OFF \
-  -DKOLO_WITH_PYTHON=OFF -DCMAKE_IGNORE_PREFIX_PATH=/usr -DCMAKE_PREFIX_PATH="$deps/usr;$torch_cmake" \
+pybind11_dir=$($PY -m pybind11 --cmakedir 2>/dev/null || true)
+cmake -S "$(dirname "$0")/../.." -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOLO_BUILD_TESTS=ON \
+  -DPython3_EXECUTABLE="$(command -v "$PY")" ${pybind11_dir:+-Dpybind11_DIR="$pybind11_dir"} \
+  -DCMAKE_IGNORE_PREFIX_PATH=/usr -DCMAKE_PREFIX_PATH="$deps/usr;$torch_cmake" \
   -DCMAKE_EXE_LINKER_FLAGS="$rpath_link"
 ninja -C "$build" kolorun fashion_mnist "${@:3}"

@@ -15,10 +15,14 @@ std::string env_str(const char* name, const std::string& def);
 // --- transport -------------------------------------------------------------
 // "auto" (shared memory on one host; across hosts hierarchical, see KOLO_HIERARCHICAL), "shm" or "tcp".
 inline std::string transport() { return env_str("KOLO_TRANSPORT", "auto"); }
-// How collectives on CUDA memory move data (transport/gpu.h): "auto" or
-// "host" (device memory staged through pinned host memory and the transport
-// above: the one data plane built so far).
+// How collectives on CUDA memory move data (transport/gpu.h): "host" (device
+// memory staged through pinned host memory and the transport above), "ipc"
+// (ranks of one host read each other's device memory through CUDA IPC), or
+// "auto": host, until the ipc plane has been seen working on a GPU.
 inline std::string gpu_transport() { return env_str("KOLO_GPU_TRANSPORT", "auto"); }
+// Bytes of device memory each rank lends its peers in the ipc plane: a
+// collective moves through it in rounds of this many bytes per rank.
+inline std::int64_t gpu_ipc_bytes() { return env_int("KOLO_GPU_IPC_BYTES", 32 << 20); }
 // Bytes per rank and pipeline stage of the shared-memory collectives: big
 // enough to amortise one flag synchronisation, small enough to stay in cache.
 inline std::int64_t shm_chunk_bytes() { return env_int("KOLO_SHM_CHUNK", 256 << 10); }

@@ -3,11 +3,15 @@
 // The host-side engine (ordering, the fingerprint check, failure detection,
 // the timeline) is the same for every collective; a collective on CUDA
 // memory adds two things:
-//  - its place in the caller's CUDA stream (issue(), on the caller's thread:
-//    the collective reads its input after the work queued there before it,
-//    and the work queued there after it waits for its result on the GPU);
-//  - a data plane that moves the device bytes (a Plane; today "host": device
-//    memory staged through pinned host memory around the host transport).
+//  - its place in the caller's CUDA stream (Plane::issue(), on the caller's
+//    thread: the collective reads its input after the work queued there
+//    before it, and the work queued there after it waits for its result on
+//    the GPU; transport/cuda/caller_stream.h);
+//  - a data plane that moves the device bytes (Plane::run(), on the engine
+//    thread): "host" (device memory staged through pinned host memory around
+//    the host transport: any ranks, any hosts) or "ipc" (ranks of one host
+//    read each other's device memory through CUDA IPC; kolo's own reduction
+//    kernels).
 //
 // Built from transport/cuda/*.cc where CMake found the CUDA toolkit
 // (KOLO_CUDA), else from transport/cuda/absent.cc, whose functions say kolo
@@ -19,7 +23,9 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "core/fingerprint.h"
 #include "kolo/kolo.h"
 
 namespace kolo::gpu {
@@ -37,9 +43,32 @@ struct Buffer {
 // process can use and each buffer with bytes > 0 is memory of that device.
 void check(const char* what, const Place& place, std::initializer_list<Buffer> buffers);
 
-// One collective's place in its caller's stream. Released (the stream may go
-// on) when the collective has finished on the GPU, or failed, or was dropped
-// unrun: whatever happens, a stream never waits for ever on kolo.
+// A collective on device memory, as a data plane sees it.
+struct Call {
+  const char* what;
+  Fingerprint fp;  // kind, dtype, op (Average as the caller gave it), root, count (allgatherv: the total)
+  std::vector<std::size_t> counts;  // allgatherv: elements of each rank
+  const void* in;         // device memory read: in_bytes from in (broadcast's non-roots: 0)
+  std::size_t in_bytes;
+  void* out;              // device memory written: out_bytes from out
+  std::size_t out_bytes;
+};
+
+// What a plane may ask of the communicator's host transport, inside the
+// collective (all ranks run the same plane code, so these line up).
+struct HostLink {
+  int rank;
+  int size;
+  std::function<void()> barrier;
+  // Every rank's `bytes` bytes, in rank order.
+  std::function<void(const void* mine, void* all, std::size_t bytes)> allgather;
+  // The collective itself on host buffers laid out as the device ones.
+  std::function<void(const void* in, void* out)> collective;
+};
+
+// One collective's place in its caller's stream (caller_stream.h). Released
+// (the stream may go on) when the collective has finished on the GPU, or
+// failed, or was dropped unrun: a stream never waits for ever on kolo.
 class Ticket {
  public:
   virtual ~Ticket() = default;
@@ -50,29 +79,22 @@ class Ticket {
 class Plane {
  public:
   virtual ~Plane() = default;
-  // "host": what Communicator::gpu_transport() reports.
+  // "host" or "ipc": what Communicator::gpu_transport() reports.
   virtual const char* name() const = 0;
   // Caller's thread, in the order collectives are queued on the engine (the
-  // caller holds the communicator's issue lock). `staging_bytes`: the pinned
-  // host memory the collective will need (allocated now, on the caller's
-  // thread: an allocation that synchronises the device must not wait on a
-  // stream that waits on the engine).
-  virtual std::shared_ptr<Ticket> issue(const char* what, const Place& place, std::size_t staging_bytes) = 0;
-  // Engine thread: copies `in` (in_bytes of device memory, read) to pinned
-  // host memory, runs host(host_in, host_out) (the host transport's
-  // collective), copies host_out back to `out` (out_bytes, written), then
-  // releases the ticket. Overlapping buffers stay overlapping in the copies
-  // (in place, allgather's in == out + offset); in_bytes 0: nothing is read.
-  // The pinned host memory staged() needs for these buffers (issue()'s staging_bytes).
-  static std::size_t staging_bytes(const void* in, std::size_t in_bytes, const void* out, std::size_t out_bytes);
-  virtual void staged(Ticket& t, const void* in, std::size_t in_bytes, void* out, std::size_t out_bytes,
-                      const std::function<void(const void* host_in, void* host_out)>& host) = 0;
+  // caller holds the communicator's issue lock). Memory the collective will
+  // need is allocated here, on the caller's thread: an allocation that
+  // synchronises the device must not wait on a stream that waits on the engine.
+  virtual std::shared_ptr<Ticket> issue(const Call& call, const Place& place) = 0;
+  // Engine thread, after the fingerprint check: moves the data, then releases the ticket.
+  virtual void run(Ticket& t, const Call& call, const HostLink& host) = 0;
 };
 
-// The plane KOLO_GPU_TRANSPORT chooses (core/config.h).
-std::unique_ptr<Plane> make_plane();
+// The plane KOLO_GPU_TRANSPORT chooses (core/config.h) for a communicator of
+// `size` ranks, all on one host or not.
+std::unique_ptr<Plane> make_plane(int size, bool one_host);
 // What gpu_transport() reports before the first collective on CUDA memory:
-// the plane make_plane() will make, or "none" without CUDA.
-std::string planned_plane();
+// the plane make_plane() would make, or "none" without CUDA.
+std::string planned_plane(int size, bool one_host);
 
 }  // namespace kolo::gpu

@@ -8,7 +8,8 @@
 //   check_collectives [--large] [--huge] [--filter allreduce] [--expect-transport hier] [--cuda]
 // --cuda runs every check on CUDA memory of GPU local_rank % devices
 // (memory.h): exit code 77 (skipped) on every rank where no GPU can be used.
-// --huge adds 256 MiB messages (allreduce, allgather).
+// --huge adds 256 MiB messages (allreduce, allgather). --expect-gpu-transport
+// fails every rank whose communicator chose another plane for CUDA memory.
 // --expect-transport fails every rank whose communicator chose another
 // transport (the emulated-hosts tests check that the hierarchy is in use).
 #include <fmt/format.h>
@@ -303,7 +304,7 @@ void check_place_mismatch(Checker& ck) {
 
 int main(int argc, char** argv) {
   bool large = false, huge = false, cuda = false;
-  std::string filter, transport;
+  std::string filter, transport, gpu_transport;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--large") large = true;
@@ -311,7 +312,9 @@ int main(int argc, char** argv) {
     else if (a == "--cuda") cuda = true;
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (a == "--expect-transport" && i + 1 < argc) transport = argv[++i];
-    else { std::fprintf(stderr, "usage: check_collectives [--large] [--huge] [--filter NAME] [--expect-transport NAME] [--cuda]\n"); return 2; }
+    else if (a == "--expect-gpu-transport" && i + 1 < argc) gpu_transport = argv[++i];
+    else { std::fprintf(stderr, "usage: check_collectives [--large] [--huge] [--filter NAME] [--expect-transport NAME] "
+                               "[--expect-gpu-transport NAME] [--cuda]\n"); return 2; }
   }
   try {
     Communicator comm = init();
@@ -320,6 +323,9 @@ int main(int argc, char** argv) {
     if (!transport.empty())
       ck.verdict(comm.transport() == transport,
                  fmt::format("transport is {}, expected {}", comm.transport(), transport));
+    if (!gpu_transport.empty())
+      ck.verdict(comm.gpu_transport() == gpu_transport,
+                 fmt::format("gpu transport is {}, expected {}", comm.gpu_transport(), gpu_transport));
     const int n = comm.size();
     auto want = [&](const char* name) { return filter.empty() || filter == name; };
 

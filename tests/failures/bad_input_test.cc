@@ -326,6 +326,27 @@ TEST_F(BadInput, CudaMemoryThatCannotBeUsed) {
   }
 }
 
+// KOLO_GPU_TRANSPORT: which data plane serves CUDA memory (README "GPUs").
+TEST_F(BadInput, GpuTransportSetting) {
+  struct Restore {
+    ~Restore() { unsetenv("KOLO_GPU_TRANSPORT"); }
+  } restore;
+  auto with = [&](const char* value) {
+    setenv("KOLO_GPU_TRANSPORT", value, 1);
+    return error_of([&] { (void)comm.gpu_transport(); });
+  };
+  if (!kolo::cuda_built()) {
+    EXPECT_EQ(with("ipc"), "(no error)");  // nothing to choose from: "none"
+    return;
+  }
+  setenv("KOLO_GPU_TRANSPORT", "ipc", 1);
+  EXPECT_EQ(comm.gpu_transport(), "ipc");  // every rank of these runs is on this host
+  setenv("KOLO_GPU_TRANSPORT", "host", 1);
+  EXPECT_EQ(comm.gpu_transport(), "host");
+  EXPECT_EQ(with("nccl"), P + "KOLO_GPU_TRANSPORT=nccl: kolo's NCCL plane is not built yet; use auto, host or ipc");
+  EXPECT_EQ(with("gloo"), P + "KOLO_GPU_TRANSPORT=gloo is not a data plane (auto, host, ipc)");
+}
+
 TEST_F(BadInput, DefaultConstructedCommunicator) {
   kolo::Communicator none;
   EXPECT_FALSE(none.valid());

@@ -165,8 +165,9 @@ def _gather_descriptions(what, t, extra=()):
     shape beyond dim 0 — the same error on every rank when they disagree:
     kolo.Error, a RuntimeError, as Horovod's HorovodInternalError."""
     c = comm()
-    mine = torch.tensor(descriptions.describe(_DTYPE_INDEX[t.dtype], t.shape, extra), dtype=torch.int64)
-    table = torch.empty(c.size(), mine.numel(), dtype=torch.int64)
+    mine = torch.tensor(descriptions.describe(_DTYPE_INDEX[t.dtype], t.shape, extra), dtype=torch.int64,
+                        device="cpu")
+    table = torch.empty(c.size(), mine.numel(), dtype=torch.int64, device="cpu")
     c.allgather(mine.data_ptr(), table.data_ptr(), mine.numel(), _C.I64)
     return descriptions.check_rows(what, table.tolist(), lambda i: _INDEX_DTYPE[i])
 
@@ -288,7 +289,7 @@ def _alltoall_start(what, tensor, splits, name, blocking):
     equal = all(x == biggest for r in matrix for x in r)
     _name_next(name)
     work, recv, keep = alltoallv.start(c, torch.split(t, s), biggest, whole=t if equal else None)
-    received = torch.tensor(recv_rows, dtype=torch.int32)
+    received = torch.tensor(recv_rows, dtype=torch.int32, device="cpu")
 
     def finish():
         if equal:

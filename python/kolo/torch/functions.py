@@ -12,7 +12,7 @@ from kolo.torch.dtypes import check_tensor, move_code, place
 
 
 def _i64(values):
-    return torch.tensor(values, dtype=torch.int64)
+    return torch.tensor(values, dtype=torch.int64, device="cpu")
 
 
 def _check_same_everywhere(what, description):
@@ -22,7 +22,7 @@ def _check_same_everywhere(what, description):
     c = comm()
     digest = zlib.crc32(description.encode())
     mine = _i64([digest])
-    every = torch.empty(c.size(), dtype=torch.int64)
+    every = torch.empty(c.size(), dtype=torch.int64, device="cpu")
     c.allgather(mine.data_ptr(), every.data_ptr(), 1, _C.I64)
     differ = [r for r, d in enumerate(every.tolist()) if d != every[0].item()]
     if differ:
@@ -71,7 +71,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if c.rank() == root else b""
     length = _i64([len(payload)])
     c.broadcast(length.data_ptr(), 1, _C.I64, root)
-    buf = torch.empty(int(length[0]), dtype=torch.uint8)
+    buf = torch.empty(int(length[0]), dtype=torch.uint8, device="cpu")
     if c.rank() == root:
         buf = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else buf
     c.broadcast(buf.data_ptr(), buf.numel(), _C.U8, root)
@@ -84,11 +84,11 @@ def allgather_object(obj, name=None, process_set=None):
     c = comm()
     payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     mine = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    sizes = torch.empty(c.size(), dtype=torch.int64)
+    sizes = torch.empty(c.size(), dtype=torch.int64, device="cpu")
     n = _i64([len(payload)])
     c.allgather(n.data_ptr(), sizes.data_ptr(), 1, _C.I64)
     counts = sizes.tolist()
-    out = torch.empty(sum(counts), dtype=torch.uint8)
+    out = torch.empty(sum(counts), dtype=torch.uint8, device="cpu")
     c.allgatherv(mine.data_ptr(), out.data_ptr(), counts, _C.U8)
     raw, objs, off = out.numpy().tobytes(), [], 0
     for k in counts:

@@ -130,7 +130,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                       "gradients need a floating dtype"))
         self._buckets = make_buckets(self._params, self._compression)
         self._bucket_of = {p: b for b in self._buckets for p in b.params}
-        self._flag = torch.zeros(1, dtype=torch.int32)
+        self._flag = torch.zeros(1, dtype=torch.int32, device="cpu")
         self._flag_work = None
         self._rounds = 0  # steps this rank took part in as an active rank since the last join()
         self._should_synchronize = True
@@ -398,7 +398,7 @@ def join(device=-1, process_set=None):
     if opt is not None and (not opt._included or opt._comm() is not c):
         raise RuntimeError(error("join", "the latest DistributedOptimizer runs on another process set "
                                  "than this join()"))
-    flag = torch.zeros(1, dtype=torch.int32)
+    flag = torch.zeros(1, dtype=torch.int32, device="cpu")
     waited = 0  # flag rounds this rank spent here, rejected ones included
     while True:
         flag.zero_()
@@ -417,10 +417,10 @@ def join(device=-1, process_set=None):
         opt.mirror_step()
     # The last to join stepped the most (since the previous join) and then
     # waited the fewest rounds.
-    mine = torch.tensor([opt._rounds if opt is not None else 0, -waited], dtype=torch.int64)
+    mine = torch.tensor([opt._rounds if opt is not None else 0, -waited], dtype=torch.int64, device="cpu")
     if opt is not None:
         opt._rounds = 0
-    every = torch.empty(c.size(), 2, dtype=torch.int64)
+    every = torch.empty(c.size(), 2, dtype=torch.int64, device="cpu")
     c.allgather(mine.data_ptr(), every.data_ptr(), 2, _C.I64)
     keys = [tuple(row) for row in every.tolist()]
     last = max(keys)

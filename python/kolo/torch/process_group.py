@@ -133,9 +133,14 @@ def _one(what, items, kind="tensor"):
 
 
 def _check(what, tensors, like=None, name="tensor"):
-    """Every tensor is one kolo can read in place, with like's dtype."""
+    """Every tensor is one kolo can read in place, with like's dtype, on the CPU
+    (the process group has no CUDA path yet; kolo.torch's Horovod API has)."""
     for t in tensors:
         dtypes.check_tensor(what, t, name)
+        if t.device.type != "cpu":
+            raise ValueError(error(what, f"{name} is on {t.device}; the kolo process group serves "
+                                   "CPU tensors only so far (kolo.torch's Horovod API takes CUDA "
+                                   "tensors; or use \"cpu:kolo,cuda:nccl\")"))
         if like is not None and t.dtype != like.dtype:
             raise TypeError(error(what, f"{name} has dtype {t.dtype} but the input has {like.dtype}"))
 

@@ -128,11 +128,11 @@ def broadcast_endpoint(comm, port):
     """(host, port) on every rank of a server that rank 0 listens on at port
     (ignored elsewhere), sent over kolo's communicator: loopback when every
     rank is on rank 0's host, else rank 0's host name."""
-    buf = torch.zeros(_ADDR_BYTES, dtype=torch.uint8)
+    buf = torch.zeros(_ADDR_BYTES, dtype=torch.uint8, device="cpu")
     if comm.rank() == 0:
         host = "127.0.0.1" if comm.local_size() == comm.size() else socket.gethostname()
         text = f"{host} {port}".encode()
-        buf[:len(text)] = torch.tensor(list(text), dtype=torch.uint8)
+        buf[:len(text)] = torch.tensor(list(text), dtype=torch.uint8, device="cpu")
     comm.broadcast(buf.data_ptr(), _ADDR_BYTES, _C.U8, 0)
     host, port = bytes(buf.tolist()).rstrip(b"\0").decode().split()
     return host, int(port)

@@ -16,6 +16,20 @@ HALF = {torch.float16, torch.bfloat16}
 
 checks = 0
 
+# KOLO_TEST_DEVICE=cuda (tests/gpu/run-on-device.sh): the same workers on CUDA
+# tensors. Every tensor a worker makes is then on this rank's GPU (local rank
+# modulo the GPUs: ranks may share one), while their checks still compare with
+# Python numbers computed independently of kolo.
+DEVICE = os.environ.get("KOLO_TEST_DEVICE", "cpu")
+if DEVICE == "cuda":
+    if not torch.cuda.is_available():
+        raise SystemExit("KOLO_TEST_DEVICE=cuda, but torch sees no GPU")
+    _gpu = int(os.environ.get("KOLO_LOCAL_RANK", "0")) % torch.cuda.device_count()
+    torch.cuda.set_device(_gpu)
+    torch.set_default_device(f"cuda:{_gpu}")
+elif DEVICE != "cpu":
+    raise SystemExit(f"KOLO_TEST_DEVICE={DEVICE}: expected cpu or cuda")
+
 
 def await_the_kill(result_dir, rank):
     """For the kill tests: ignore kolorun's SIGTERM (the test wants kolo's own

@@ -1,0 +1,83 @@
+#include "transport/cuda/caller_stream.h"
+
+#include <atomic>
+
+#include "core/log.h"
+#include "transport/cuda/runtime.h"
+
+namespace kolo::gpu {
+
+StreamTicket::~StreamTicket() {
+  release();
+  if (input_ready != nullptr) (void)cudaEventDestroy(input_ready);
+}
+
+void StreamTicket::release() {
+  if (released) return;
+  released = true;
+  if (number != 0) book.release(number);
+}
+
+void CallerStreams::release(std::uint32_t number) {
+  std::atomic_ref<std::uint32_t> word(*flag_);
+  std::uint32_t now = word.load(std::memory_order_relaxed);
+  while (static_cast<std::int32_t>(number - now) > 0 &&
+         !word.compare_exchange_weak(now, number, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+}
+
+void CallerStreams::release_all() {
+  if (flag_ != nullptr) release(issued_);
+}
+
+CallerStreams::~CallerStreams() {
+  // Nothing is queued any more (the engine went first): let every stream go
+  // before the memory it waits on is freed.
+  release_all();
+  for (auto& [device, s] : streams_) {
+    (void)cudaSetDevice(device);
+    (void)cudaStreamSynchronize(s);
+    (void)cudaStreamDestroy(s);
+  }
+  if (flag_ != nullptr) (void)cudaFreeHost(flag_);
+}
+
+std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place& place) {
+  cuda::DeviceScope on(place.device, what);
+  auto t = std::make_shared<StreamTicket>(*this, what, place.device);
+  if (flag_ == nullptr) {
+    void* p = nullptr;
+    KOLO_CUDA_CHECK(cudaHostAlloc(&p, sizeof(std::uint32_t), cudaHostAllocMapped | cudaHostAllocPortable), what,
+                    place.device);
+    flag_ = static_cast<std::uint32_t*>(p);
+    *flag_ = 0;
+  }
+  auto caller = static_cast<cudaStream_t>(place.stream);
+  KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&t->input_ready, cudaEventDisableTiming), what, place.device);
+  KOLO_CUDA_CHECK(cudaEventRecord(t->input_ready, caller), what, place.device);
+  if (stream_waits_) {
+    const std::uint32_t number = issued_ + 1;
+    const auto wait = cuda::wait_value32();
+    if (wait != nullptr && wait(caller, reinterpret_cast<std::uintptr_t>(flag_), number, cuda::kWaitGeq) == 0) {
+      issued_ = number;
+      t->number = number;
+    } else {
+      stream_waits_ = false;
+      log(LogLevel::Info, "cuda:{}: the driver offers no stream memory operations "
+          "(cuStreamWaitValue32): results of collectives on CUDA memory are ready after Work::wait() "
+          "(or the blocking call's return), not on the caller's stream before it", place.device);
+    }
+  }
+  return t;
+}
+
+cudaStream_t CallerStreams::stream(int device, const char* what) {
+  auto it = streams_.find(device);
+  if (it != streams_.end()) return it->second;
+  cudaStream_t s = nullptr;
+  KOLO_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, device);
+  streams_.emplace(device, s);
+  return s;
+}
+
+}  // namespace kolo::gpu

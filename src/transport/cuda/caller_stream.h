@@ -1,0 +1,73 @@
+// A collective's place in its caller's CUDA stream, shared by every data plane.
+//
+// At issue (the caller's thread) an event is recorded on the caller's stream:
+// the plane's own stream waits for it before touching the buffers, so the
+// collective reads what the work queued before it wrote. Then the caller's
+// stream is made to wait, on the GPU, until a 32-bit word in mapped pinned
+// memory reaches the collective's ticket number (cuStreamWaitValue32): work
+// queued there after the collective runs after it, and the host never blocks.
+// The engine writes the ticket once the result is in device memory — or when
+// the collective failed or was dropped, so that no stream waits for ever.
+// Tickets are numbered in the order collectives are queued on the engine (the
+// communicator's issue lock), which runs them in that order, so the word only
+// ever grows (cyclically). Where the driver offers no stream memory
+// operations, the result is ready after Work::wait() only (said once in the log).
+//
+// kolo's streams are non-blocking (cudaStreamNonBlocking): the legacy default
+// stream, which a caller's stream may be and which waits for every blocking
+// stream, must never wait for kolo's, nor kolo's for it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "transport/gpu.h"
+
+namespace kolo::gpu {
+
+class CallerStreams;
+
+class StreamTicket : public Ticket {
+ public:
+  StreamTicket(CallerStreams& book, const char* what, int device) : book(book), what(what), device(device) {}
+  ~StreamTicket() override;
+  // The caller's stream may go on (idempotent).
+  void release();
+
+  CallerStreams& book;
+  const char* what;
+  int device;
+  std::uint32_t number = 0;  // 0: the caller's stream does not wait on it
+  cudaEvent_t input_ready = nullptr;
+  char* staging = nullptr;  // the host plane's pinned memory for this collective
+  bool released = false;
+};
+
+class CallerStreams {
+ public:
+  CallerStreams() = default;
+  ~CallerStreams();
+  CallerStreams(const CallerStreams&) = delete;
+  CallerStreams& operator=(const CallerStreams&) = delete;
+
+  // Caller's thread, under the communicator's issue lock.
+  std::shared_ptr<StreamTicket> issue(const char* what, const Place& place);
+  // The word reaches `number` (never goes back).
+  void release(std::uint32_t number);
+  // Every stream may go on (before a plane frees memory: cudaFree and
+  // cudaFreeHost synchronise the device).
+  void release_all();
+  // kolo's stream on `device` (engine thread), made at first use.
+  cudaStream_t stream(int device, const char* what);
+
+ private:
+  std::uint32_t* flag_ = nullptr;  // mapped pinned memory; the callers' streams wait on it
+  std::uint32_t issued_ = 0;       // the last ticket's number (issue lock)
+  bool stream_waits_ = true;       // cuStreamWaitValue32 works here (issue lock)
+  std::map<int, cudaStream_t> streams_;  // engine thread
+};
+
+}  // namespace kolo::gpu

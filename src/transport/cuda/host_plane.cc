@@ -1,0 +1,100 @@
+// The "host" data plane for CUDA memory: a collective's device buffers are
+// copied to pinned host memory, the host transport (shared memory, TCP, the
+// hierarchy) runs the collective there, and the result is copied back. It
+// works wherever kolo's host transports do — ranks sharing a GPU, one GPU
+// each, several hosts — at the cost of two PCIe (or NVLink-C2C) copies.
+//
+// Pinned memory is allocated at issue, on the caller's thread, grown to the
+// next power of two, and only freed with the plane: cudaFreeHost synchronises
+// the device, which would wait for a caller's stream that waits for the engine.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "transport/cuda/caller_stream.h"
+#include "transport/cuda/planes.h"
+#include "transport/cuda/runtime.h"
+
+namespace kolo::gpu {
+
+namespace {
+
+constexpr std::size_t kAlign = 256;
+std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool overlapping(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return x == y || (an > 0 && bn > 0 && x < y + bn && y < x + an);
+}
+
+// The pinned bytes a call needs: one block spanning both buffers when they
+// overlap (in place, allgather's in == out + offset), so that the host
+// collective sees the same relation between them; else both, one after the other.
+std::size_t staging_bytes(const Call& c) {
+  if (!overlapping(c.in, c.in_bytes, c.out, c.out_bytes)) return aligned(c.in_bytes) + c.out_bytes;
+  const auto a = reinterpret_cast<std::uintptr_t>(c.in), b = reinterpret_cast<std::uintptr_t>(c.out);
+  return std::max(a + c.in_bytes, b + c.out_bytes) - std::min(a, b);
+}
+
+class HostPlane : public Plane {
+ public:
+  ~HostPlane() override {
+    streams_.release_all();
+    for (char* p : pinned_) (void)cudaFreeHost(p);
+  }
+  const char* name() const override { return "host"; }
+
+  std::shared_ptr<Ticket> issue(const Call& call, const Place& place) override {
+    auto t = streams_.issue(call.what, place);
+    const std::size_t need = staging_bytes(call);
+    if (need > capacity_ || pinned_.empty()) {
+      // Grown to the next power of two: a training loop's sizes settle at once.
+      std::size_t want = std::max<std::size_t>(need, 1 << 20);
+      want = std::size_t(1) << (64 - __builtin_clzll(want - 1));
+      cuda::DeviceScope on(place.device, call.what);
+      void* p = nullptr;
+      KOLO_CUDA_CHECK(cudaHostAlloc(&p, want, cudaHostAllocPortable), call.what, place.device);
+      pinned_.push_back(static_cast<char*>(p));
+      capacity_ = want;
+    }
+    t->staging = pinned_.back();
+    return t;
+  }
+
+  void run(Ticket& ticket, const Call& c, const HostLink& host) override {
+    auto& t = static_cast<StreamTicket&>(ticket);
+    cuda::DeviceScope on(t.device, t.what);
+    const cudaStream_t s = streams_.stream(t.device, t.what);
+    char* host_in = t.staging;
+    char* host_out = t.staging + aligned(c.in_bytes);
+    if (overlapping(c.in, c.in_bytes, c.out, c.out_bytes)) {
+      const auto lo = std::min(reinterpret_cast<std::uintptr_t>(c.in), reinterpret_cast<std::uintptr_t>(c.out));
+      host_in = t.staging + (reinterpret_cast<std::uintptr_t>(c.in) - lo);
+      host_out = t.staging + (reinterpret_cast<std::uintptr_t>(c.out) - lo);
+    }
+    KOLO_CUDA_CHECK(cudaStreamWaitEvent(s, t.input_ready, 0), t.what, t.device);
+    if (c.in_bytes > 0)
+      KOLO_CUDA_CHECK(cudaMemcpyAsync(host_in, c.in, c.in_bytes, cudaMemcpyDeviceToHost, s), t.what, t.device);
+    KOLO_CUDA_CHECK(cudaStreamSynchronize(s), t.what, t.device);
+    host.collective(host_in, host_out);
+    if (c.out_bytes > 0)
+      KOLO_CUDA_CHECK(cudaMemcpyAsync(c.out, host_out, c.out_bytes, cudaMemcpyHostToDevice, s), t.what, t.device);
+    KOLO_CUDA_CHECK(cudaStreamSynchronize(s), t.what, t.device);
+    t.release();
+  }
+
+ private:
+  // Declared first: destroyed last, after the staging memory, once the
+  // streams waiting on its word have been let go.
+  CallerStreams streams_;
+  std::vector<char*> pinned_;  // every staging block allocated; the last is the current one
+  std::size_t capacity_ = 0;   // bytes of the current block
+};
+
+}  // namespace
+
+std::unique_ptr<Plane> make_host_plane() { return std::make_unique<HostPlane>(); }
+
+}  // namespace kolo::gpu

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The GPU machine's one script (README "GPUs"): builds kolo there and runs
+# everything that needs a GPU, in a few minutes, writing the logs and results
+# into $OUT. Prepared and rehearsed on the development machine, where the same
+# script builds and every GPU step reports "skipped: no GPU".
+#
+# Here, once:   bench/device/pack.sh .device        (Debian's .debs; .device is ignored)
+# There:        the device tool's run with carry [".device"] and the command
+#               tests/gpu/run-on-device.sh            (timeout_s 540 leaves room for one rerun)
+#
+# Steps (each timed; a failed step does not stop the others; exit 1 if any failed):
+#   build      kolo with its GPU parts (bench/device/build.sh: the carried .debs, torch's LibTorch)
+#   ctest gpu  check_collectives --cuda on 2 and 4 ranks sharing the GPU: every collective x
+#              dtype x op, 1 element to 256 MiB, against a host reference; the caller's stream
+#              ordering; host memory on one rank where the others pass CUDA memory
+#   bad input  kolo_bad_input_test on a GPU machine (a host pointer passed as CUDA memory)
+#   python     kolo.torch's API and training workers with KOLO_TEST_DEVICE=cuda (2 and 3 ranks)
+#   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective, then a clean next job
+#   bench      bench/gpu/allreduce.py: kolo vs gloo on the same CUDA tensors, 2 and 4 ranks,
+#              beside the device-to-device copy (bench/gpu/report.py writes the table)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/build-gpu/out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/run.log") 2>&1
+PY=${PY:-python3}
+BUILD=${BUILD:-build-gpu}
+DEBS=${DEBS:-.device}
+export PYTHONUNBUFFERED=1
+failed=()
+step() {  # NAME CMD...: runs one step, prints its time and result
+  local name=$1 t0=$SECONDS
+  shift
+  echo "=== $name"
+  "$@"
+  local rc=$?
+  case $rc in
+    0) echo "--- ok: $name ($((SECONDS - t0)) s)" ;;
+    77) echo "--- skipped: $name ($((SECONDS - t0)) s)" ;;
+    *) echo "--- FAILED ($rc): $name ($((SECONDS - t0)) s)"; failed+=("$name") ;;
+  esac
+}
+
+echo "machine: $(uname -srm), $(nproc) cores; python: $($PY -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
+have_gpu() { $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 77)'; }
+
+build() {
+  bench/device/build.sh "$DEBS" "$BUILD" check_collectives kolo_bad_input_test fingerprint_tests > "$OUT/build.log" 2>&1 ||
+    { tail -30 "$OUT/build.log"; return 1; }
+  grep -E "GPU parts|CUDA .* found" "$OUT/build.log" | head -3
+  # The extension is built for $PY where its headers and pybind11 are found.
+  ninja -C "$BUILD" kolo_python >> "$OUT/build.log" 2>&1 || echo "kolo._C not built (see build.log): the python steps will fail"
+}
+step build build
+KOLORUN=$ROOT/$BUILD/tools/kolorun/kolorun
+export PYTHONPATH=$ROOT/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
+
+step "fingerprint tests" "$BUILD/tests/collectives/fingerprint_tests"
+step "ctest -L gpu" bash -c "cd $BUILD && ctest -L gpu --output-on-failure --timeout 600"
+step "bad input table (1 rank)" "$BUILD/tests/failures/kolo_bad_input_test"
+
+python_workers() {
+  have_gpu || return 77
+  local rc=0 np
+  for np in 2 3; do
+    KOLO_TEST_DEVICE=cuda "$KOLORUN" -np $np --timeout 300 $PY tests/python/workers/api_worker.py || rc=1
+    KOLO_TEST_DEVICE=cuda "$KOLORUN" -np $np --timeout 300 $PY tests/python/workers/training_worker.py optimizer,join || rc=1
+    KOLO_TEST_DEVICE=cuda "$KOLORUN" -np $np --timeout 300 $PY tests/python/workers/sync_batch_norm_worker.py || rc=1
+  done
+  return $rc
+}
+step "python workers on CUDA tensors" python_workers
+step "kill mid GPU-collective" tests/gpu/kill_test.sh "$KOLORUN" "$ROOT/$BUILD/tests/collectives/check_collectives" $PY
+
+bench() {
+  have_gpu || return 77
+  local np rc=0
+  $PY bench/gpu/allreduce.py --system copy --out "$OUT/copy.json" || rc=1
+  for np in 2 4; do
+    "$KOLORUN" -np $np --timeout 300 $PY bench/gpu/allreduce.py --system kolo --out "$OUT/kolo-np$np.json" || rc=1
+    $PY -m torch.distributed.run --nproc_per_node $np --master_port 29517 bench/gpu/allreduce.py \
+      --system gloo --out "$OUT/gloo-np$np.json" || rc=1
+  done
+  $PY bench/gpu/report.py "$OUT" > "$OUT/bench-gpu.md" && cat "$OUT/bench-gpu.md"
+  return $rc
+}
+step "bench: allreduce on CUDA tensors" bench
+
+echo "=== done in $SECONDS s; failed: ${failed[*]:-none}"
+[ ${#failed[@]} -eq 0 ]

@@ -1,0 +1,102 @@
+// The CUDA reduction kernel (kernels/reduce_cuda.h) against the host kernels
+// (kernels/reduce.h), bit for bit: every dtype x op x number of inputs x size,
+// with and without a divisor, on random bit patterns (NaNs with payloads,
+// infinities, signed zeros, subnormals) as well as ordinary values. Needs a
+// GPU: exit code 77 (ctest: skipped) where none can be used.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/reduce.h"
+#include "kernels/reduce_cuda.h"
+
+using namespace kolo;
+
+namespace {
+
+int g_failed = 0, g_passed = 0;
+
+void ok(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+// Random elements of t: 1 in 8 a random bit pattern, else a small value (so
+// that products of 16 stay finite and sums do not all overflow).
+void fill(DType t, std::vector<unsigned char>& bytes, std::size_t count, std::mt19937_64& rng) {
+  const std::size_t es = dtype_size(t);
+  bytes.resize(count * es);
+  std::uniform_real_distribution<float> small(-2.0f, 2.0f);
+  for (std::size_t i = 0; i < count; ++i) {
+    unsigned char* p = bytes.data() + i * es;
+    const std::uint64_t r = rng();
+    if (rng() % 8 == 0 || t == DType::I32 || t == DType::I64 || t == DType::U8) {
+      std::memcpy(p, &r, es);
+      continue;
+    }
+    const float v = small(rng);
+    if (t == DType::F32) std::memcpy(p, &v, 4);
+    if (t == DType::F64) { const double d = v; std::memcpy(p, &d, 8); }
+    if (t == DType::F16) { const Half h = kernels::float_to_half(v); std::memcpy(p, &h, 2); }
+    if (t == DType::BF16) { const BFloat16 b = kernels::float_to_bf16(v); std::memcpy(p, &b, 2); }
+  }
+}
+
+void check(DType t, Op op, int n, std::size_t count, int divisor, std::mt19937_64& rng) {
+  const std::size_t bytes = count * dtype_size(t);
+  std::vector<std::vector<unsigned char>> in(n);
+  std::vector<const void*> host_in(n);
+  kernels::cuda::Inputs dev_in;
+  dev_in.n = n;
+  std::vector<void*> dev(n);
+  for (int r = 0; r < n; ++r) {
+    fill(t, in[r], count, rng);
+    host_in[r] = in[r].data();
+    ok(cudaMalloc(&dev[r], bytes + 1), "cudaMalloc");
+    ok(cudaMemcpy(dev[r], in[r].data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    dev_in.in[r] = dev[r];
+  }
+  std::vector<unsigned char> want(bytes), got(bytes);
+  kernels::reduce(t, op, want.data(), host_in.data(), n, count, divisor);
+  void* out = nullptr;
+  ok(cudaMalloc(&out, bytes + 1), "cudaMalloc");
+  ok(kernels::cuda::reduce(t, op, dev_in, out, count, divisor, nullptr), "reduce");
+  ok(cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (std::memcmp(got.data(), want.data(), bytes) == 0) {
+    ++g_passed;
+  } else {
+    std::size_t i = 0;
+    while (std::memcmp(got.data() + i * dtype_size(t), want.data() + i * dtype_size(t), dtype_size(t)) == 0) ++i;
+    ++g_failed;
+    std::fprintf(stderr, "FAILED %s %s n=%d count=%zu divisor=%d: first difference at element %zu\n", dtype_name(t),
+                 op_name(op), n, count, divisor, i);
+  }
+  for (void* p : dev) ok(cudaFree(p), "cudaFree");
+  ok(cudaFree(out), "cudaFree");
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("skipped: no GPU\n");
+    return 77;
+  }
+  std::mt19937_64 rng(0x6b6f6c6f);
+  for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8})
+    for (Op op : {Op::Sum, Op::Min, Op::Max, Op::Product})
+      for (int n : {1, 2, 3, 8, kernels::cuda::kMaxInputs})
+        for (std::size_t count : {std::size_t(1), std::size_t(1000), std::size_t((1 << 20) + 7)})
+          for (int divisor : {0, n}) {
+            const bool floating = t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16;
+            if (divisor > 0 && !floating) continue;
+            check(t, op, n, count, divisor, rng);
+          }
+  std::printf("cuda reduce kernel: %d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
