@@ -1,5 +1,5 @@
 """The table of bench/gpu/allreduce.py's results in DIR (copy.json,
-kolo-npN.json, gloo-npN.json), with the issue's goals checked: kolo >= 10x
+kolo-PLANE-npN.json for the planes host and ipc, gloo-npN.json), with the issue's goals checked: kolo >= 10x
 gloo at >= 1 MiB; at 64 MiB on 2 ranks an allreduce within 3x the time of one
 device-to-device copy of the buffer; an 8-byte allreduce <= 20 us.
 
@@ -38,27 +38,34 @@ def main():
           "(bench/gpu/allreduce.py); `copy` is one device-to-device copy of the buffer.\n")
     goals = []
     for np_ in (2, 4):
-        kolo, gloo = load(d, f"kolo-np{np_}.json"), load(d, f"gloo-np{np_}.json")
-        if not kolo:
+        gloo = by_bytes(load(d, f"gloo-np{np_}.json"))
+        planes = {p: by_bytes(load(d, f"kolo-{p}-np{np_}.json")) for p in ("host", "ipc")}
+        planes = {p: k for p, k in planes.items() if k}
+        if not planes:
             continue
-        k, g = by_bytes(kolo), by_bytes(gloo)
         print(f"## {np_} ranks sharing the GPU\n")
-        print("| size | kolo µs | gloo µs | gloo / kolo | copy µs | kolo / copy |")
-        print("|---:|---:|---:|---:|---:|---:|")
-        for b in sorted(k):
-            gl = g.get(b)
-            ratio = f"{gl / k[b]:.1f}×" if gl else "–"
-            cp = copy_us.get(b)
-            print(f"| {size(b)} | {k[b]:.1f} | {gl:.1f} | {ratio} | {cp:.1f} | {k[b] / cp:.1f}× |" if gl and cp else
-                  f"| {size(b)} | {k[b]:.1f} | {gl or '–'} | {ratio} | {cp or '–'} | – |")
+        head = " | ".join(f"kolo {p} µs | gloo / kolo {p}" for p in planes)
+        print(f"| size | gloo µs | {head} | copy µs | best kolo / copy |")
+        print("|---:|---:|" + "---:|---:|" * len(planes) + "---:|---:|")
+        for b in sorted(next(iter(planes.values()))):
+            gl, cp = gloo.get(b), copy_us.get(b)
+            cells = []
+            for k in planes.values():
+                t = k.get(b)
+                cells += [f"{t:.1f}" if t else "–", f"{gl / t:.1f}×" if gl and t else "–"]
+            best = min(k[b] for k in planes.values() if b in k)
+            print(f"| {size(b)} | {gl:.1f} | " if gl else f"| {size(b)} | – | ", end="")
+            print(" | ".join(cells) + (f" | {cp:.1f} | {best / cp:.1f}× |" if cp else " | – | – |"))
             if gl and b >= (1 << 20):
-                goals.append((f"{np_} ranks, {size(b)}: kolo ≥ 10× gloo", gl / k[b] >= 10, f"{gl / k[b]:.1f}×"))
+                goals.append((f"{np_} ranks, {size(b)}: kolo ≥ 10× gloo", gl / best >= 10, f"{gl / best:.1f}×"))
         print()
-        if np_ == 2 and (64 << 20) in k and (64 << 20) in copy_us:
-            r = k[64 << 20] / copy_us[64 << 20]
+        if np_ == 2 and (64 << 20) in copy_us:
+            best = min(k[64 << 20] for k in planes.values() if (64 << 20) in k)
+            r = best / copy_us[64 << 20]
             goals.append(("2 ranks, 64 MiB: within 3× one device-to-device copy", r <= 3, f"{r:.1f}×"))
-        if 8 in k:
-            goals.append((f"{np_} ranks, 8 B: ≤ 20 µs", k[8] <= 20, f"{k[8]:.1f} µs"))
+        best8 = [k[8] for k in planes.values() if 8 in k]
+        if best8:
+            goals.append((f"{np_} ranks, 8 B: ≤ 20 µs", min(best8) <= 20, f"{min(best8):.1f} µs"))
     print("## Goals\n")
     print("| goal | met | measured |")
     print("|---|---|---|")

@@ -10,14 +10,17 @@
 #
 # Steps (each timed; a failed step does not stop the others; exit 1 if any failed):
 #   build      kolo with its GPU parts (bench/device/build.sh: the carried .debs, torch's LibTorch)
-#   ctest gpu  check_collectives --cuda on 2 and 4 ranks sharing the GPU: every collective x
-#              dtype x op, 1 element to 256 MiB, against a host reference; the caller's stream
-#              ordering; host memory on one rank where the others pass CUDA memory
+#   ctest gpu  the CUDA reduction kernel bit for bit against the host kernels; check_collectives
+#              --cuda on 2 and 4 ranks sharing the GPU, on each data plane (host, ipc; and ipc
+#              in 64 KiB rounds on 3): every collective x dtype x op, 1 element to 256 MiB,
+#              against a host reference; the caller's stream ordering; host memory on one rank
+#              where the others pass CUDA memory
 #   bad input  kolo_bad_input_test on a GPU machine (a host pointer passed as CUDA memory)
-#   python     kolo.torch's API and training workers with KOLO_TEST_DEVICE=cuda (2 and 3 ranks)
+#   python     kolo.torch's API, training and SyncBatchNorm workers with KOLO_TEST_DEVICE=cuda
+#              (2 and 3 ranks on the host plane; the API worker on the ipc plane too)
 #   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective, then a clean next job
-#   bench      bench/gpu/allreduce.py: kolo vs gloo on the same CUDA tensors, 2 and 4 ranks,
-#              beside the device-to-device copy (bench/gpu/report.py writes the table)
+#   bench      bench/gpu/allreduce.py: kolo (each plane) vs gloo on the same CUDA tensors, 2 and 4
+#              ranks, beside the device-to-device copy (bench/gpu/report.py writes the table)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -47,7 +50,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 have_gpu() { $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 77)'; }
 
 build() {
-  bench/device/build.sh "$DEBS" "$BUILD" check_collectives kolo_bad_input_test fingerprint_tests > "$OUT/build.log" 2>&1 ||
+  bench/device/build.sh "$DEBS" "$BUILD" check_collectives kolo_bad_input_test fingerprint_tests cuda_reduce_test \
+    > "$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; return 1; }
   grep -E "GPU parts|CUDA .* found" "$OUT/build.log" | head -3
   # The extension is built for $PY where its headers and pybind11 are found.
@@ -69,6 +73,7 @@ python_workers() {
     KOLO_TEST_DEVICE=cuda "$KOLORUN" -np $np --timeout 300 $PY tests/python/workers/training_worker.py optimizer,join || rc=1
     KOLO_TEST_DEVICE=cuda "$KOLORUN" -np $np --timeout 300 $PY tests/python/workers/sync_batch_norm_worker.py || rc=1
   done
+  KOLO_GPU_TRANSPORT=ipc KOLO_TEST_DEVICE=cuda "$KOLORUN" -np 2 --timeout 300 $PY tests/python/workers/api_worker.py || rc=1
   return $rc
 }
 step "python workers on CUDA tensors" python_workers
@@ -79,7 +84,10 @@ bench() {
   local np rc=0
   $PY bench/gpu/allreduce.py --system copy --out "$OUT/copy.json" || rc=1
   for np in 2 4; do
-    "$KOLORUN" -np $np --timeout 300 $PY bench/gpu/allreduce.py --system kolo --out "$OUT/kolo-np$np.json" || rc=1
+    for plane in host ipc; do
+      KOLO_GPU_TRANSPORT=$plane "$KOLORUN" -np $np --timeout 300 $PY bench/gpu/allreduce.py --system kolo \
+        --out "$OUT/kolo-$plane-np$np.json" || rc=1
+    done
     $PY -m torch.distributed.run --nproc_per_node $np --master_port 29517 bench/gpu/allreduce.py \
       --system gloo --out "$OUT/gloo-np$np.json" || rc=1
   done
