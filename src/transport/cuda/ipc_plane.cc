@@ -149,7 +149,7 @@ void IpcPlane::reduce(const StreamTicket& t, DType dt, Op op, std::size_t offset
 
 void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
   auto& t = static_cast<StreamTicket&>(ticket);
-  cuda::DeviceScope on(t.device, t.what);
+  cuda::set_device(t.device, t.what);  // the engine's thread: no need to put a device back
   const cudaStream_t s = streams_.stream(t.device, t.what);
   if (peers_.empty()) open_peers(t, host);
   KOLO_CUDA_CHECK(cudaStreamWaitEvent(s, t.input_ready, 0), t.what, t.device);

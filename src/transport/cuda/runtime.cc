@@ -22,6 +22,12 @@ DeviceScope::DeviceScope(int device, const char* what) : device_(device) {
   if (previous_ != device) KOLO_CUDA_CHECK(cudaSetDevice(device), what, device);
 }
 
+void set_device(int device, const char* what) {
+  int now = -1;
+  KOLO_CUDA_CHECK(cudaGetDevice(&now), what, device);
+  if (now != device) KOLO_CUDA_CHECK(cudaSetDevice(device), what, device);
+}
+
 DeviceScope::~DeviceScope() {
   if (previous_ != device_) (void)cudaSetDevice(previous_);
 }

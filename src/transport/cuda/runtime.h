@@ -21,7 +21,9 @@ void check(cudaError_t err, const char* call, const char* what, int device);
 #define KOLO_CUDA_CHECK(call, what, device) ::kolo::gpu::cuda::check((call), #call, (what), (device))
 
 // Makes `device` the calling thread's current device for the scope and puts
-// the caller's back after it (a framework's thread relies on its own).
+// the caller's back after it (a framework's thread relies on its own). On
+// kolo's own threads use set_device(): putting device 0 back would create a
+// context on GPU 0 in every rank (cudaSetDevice initialises it).
 class DeviceScope {
  public:
   DeviceScope(int device, const char* what);
@@ -33,6 +35,9 @@ class DeviceScope {
   int previous_ = -1;
   int device_;
 };
+
+// Makes `device` the calling thread's current device (kolo's engine thread).
+void set_device(int device, const char* what);
 
 // cuStreamWaitValue32 (the stream waits on the GPU until the 32-bit word at
 // `addr` passes `value`, cyclically: (int32_t)(*addr - value) >= 0), or null
