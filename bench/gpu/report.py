@@ -34,8 +34,8 @@ def main():
     copy_us = by_bytes(copy)
     device = copy["device"] if copy else "?"
     print(f"# GPU allreduce on CUDA tensors: kolo vs torch's gloo, {device}\n")
-    print("Each rank holds a float32 CUDA tensor on the one GPU; times are medians of 5 rounds "
-          "(bench/gpu/allreduce.py); `copy` is one device-to-device copy of the buffer.\n")
+    print("Each rank holds a float32 CUDA tensor on the one GPU; times are medians of timed rounds "
+          "(bench/gpu/allreduce.py --reps); `copy` is one device-to-device copy of the buffer.\n")
     goals = []
     for np_ in (2, 4):
         gloo = by_bytes(load(d, f"gloo-np{np_}.json"))

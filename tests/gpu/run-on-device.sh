@@ -8,7 +8,9 @@
 # There:        the device tool's run with carry [".device"] and the command
 #               tests/gpu/run-on-device.sh            (timeout_s 540 leaves room for one rerun)
 #
-# Steps (each timed; a failed step does not stop the others; exit 1 if any failed):
+# STEPS="ctest,python" runs only the steps whose names start with those words
+# (a rerun of what failed); the build always runs. Steps (each timed; a failed
+# step does not stop the others; exit 1 if any failed):
 #   build      kolo with its GPU parts (bench/device/build.sh: the carried .debs, torch's LibTorch)
 #   ctest gpu  the CUDA reduction kernel bit for bit against the host kernels; check_collectives
 #              --cuda on 2 and 4 ranks sharing the GPU, on each data plane (host, ipc; and ipc
@@ -17,10 +19,12 @@
 #              where the others pass CUDA memory
 #   bad input  kolo_bad_input_test on a GPU machine (a host pointer passed as CUDA memory)
 #   python     kolo.torch's API, training and SyncBatchNorm workers with KOLO_TEST_DEVICE=cuda
-#              (2 and 3 ranks on the host plane; the API worker on the ipc plane too)
+#              (2 ranks on the host plane; the API worker on 3 ranks, and on the ipc plane)
 #   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective, then a clean next job
 #   bench      bench/gpu/allreduce.py: kolo (each plane) vs gloo on the same CUDA tensors, 2 and 4
 #              ranks, beside the device-to-device copy (bench/gpu/report.py writes the table)
+# $OUT receives run.log, build.log, bench-gpu.md and bench-json.tar.gz (the tool
+# brings back at most 8 files).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -32,9 +36,19 @@ BUILD=${BUILD:-build-gpu}
 DEBS=${DEBS:-.device}
 export PYTHONUNBUFFERED=1
 failed=()
+wanted() {  # NAME: in STEPS (or STEPS unset)
+  [ -z "${STEPS:-}" ] && return 0
+  local w
+  for w in ${STEPS//,/ }; do [[ $1 == "$w"* ]] && return 0; done
+  return 1
+}
 step() {  # NAME CMD...: runs one step, prints its time and result
   local name=$1 t0=$SECONDS
   shift
+  if [ "$name" != build ] && ! wanted "$name"; then
+    echo "=== $name: not in STEPS"
+    return
+  fi
   echo "=== $name"
   "$@"
   local rc=$?
@@ -67,13 +81,13 @@ step "bad input table (1 rank)" "$BUILD/tests/failures/kolo_bad_input_test"
 
 python_workers() {
   have_gpu || return 77
-  local rc=0 np
-  for np in 2 3; do
-    KOLO_TEST_DEVICE=cuda "$KOLORUN" -np $np --timeout 300 $PY tests/python/workers/api_worker.py || rc=1
-    KOLO_TEST_DEVICE=cuda "$KOLORUN" -np $np --timeout 300 $PY tests/python/workers/training_worker.py optimizer,join || rc=1
-    KOLO_TEST_DEVICE=cuda "$KOLORUN" -np $np --timeout 300 $PY tests/python/workers/sync_batch_norm_worker.py || rc=1
+  local rc=0 w
+  export KOLO_TEST_DEVICE=cuda
+  for w in api_worker.py "training_worker.py optimizer,join" sync_batch_norm_worker.py; do
+    "$KOLORUN" -np 2 --timeout 300 $PY tests/python/workers/$w || rc=1
   done
-  KOLO_GPU_TRANSPORT=ipc KOLO_TEST_DEVICE=cuda "$KOLORUN" -np 2 --timeout 300 $PY tests/python/workers/api_worker.py || rc=1
+  "$KOLORUN" -np 3 --timeout 300 $PY tests/python/workers/api_worker.py || rc=1
+  KOLO_GPU_TRANSPORT=ipc "$KOLORUN" -np 2 --timeout 300 $PY tests/python/workers/api_worker.py || rc=1
   return $rc
 }
 step "python workers on CUDA tensors" python_workers
@@ -81,17 +95,20 @@ step "kill mid GPU-collective" tests/gpu/kill_test.sh "$KOLORUN" "$ROOT/$BUILD/t
 
 bench() {
   have_gpu || return 77
-  local np rc=0
-  $PY bench/gpu/allreduce.py --system copy --out "$OUT/copy.json" || rc=1
+  local np rc=0 res=$BUILD/bench
+  mkdir -p "$res"
+  $PY bench/gpu/allreduce.py --system copy --reps 3 --out "$res/copy.json" || rc=1
   for np in 2 4; do
     for plane in host ipc; do
       KOLO_GPU_TRANSPORT=$plane "$KOLORUN" -np $np --timeout 300 $PY bench/gpu/allreduce.py --system kolo \
-        --out "$OUT/kolo-$plane-np$np.json" || rc=1
+        --reps 3 --out "$res/kolo-$plane-np$np.json" || rc=1
     done
     $PY -m torch.distributed.run --nproc_per_node $np --master_port 29517 bench/gpu/allreduce.py \
-      --system gloo --out "$OUT/gloo-np$np.json" || rc=1
+      --system gloo --reps 3 --out "$res/gloo-np$np.json" || rc=1
   done
-  $PY bench/gpu/report.py "$OUT" > "$OUT/bench-gpu.md" && cat "$OUT/bench-gpu.md"
+  # At most 8 files come back from $OUT: the numbers travel as one archive.
+  tar -czf "$OUT/bench-json.tar.gz" -C "$res" .
+  $PY bench/gpu/report.py "$res" > "$OUT/bench-gpu.md" && cat "$OUT/bench-gpu.md"
   return $rc
 }
 step "bench: allreduce on CUDA tensors" bench
