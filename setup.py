@@ -43,6 +43,9 @@ class CMakeBuild(build_ext):
         shutil.copy2(build / "tools" / "kolorun" / "kolorun", bindir / "kolorun")
 
 
-# build-pip/, not build/: scripts/build.sh's CMake tree lives in build/.
+# build-pip/, not build/: scripts/build.sh's CMake tree lives in build/. The
+# egg-info goes there too, not into python/ beside the sources; setuptools
+# refuses an egg_base that does not exist, as in a fresh clone.
+(ROOT / "build-pip").mkdir(exist_ok=True)
 setup(ext_modules=[Extension("kolo._C", sources=[])], cmdclass={"build_ext": CMakeBuild},
       options={"build": {"build_base": "build-pip"}, "egg_info": {"egg_base": "build-pip"}})

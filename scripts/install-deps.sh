@@ -24,6 +24,7 @@ TESTS=(
   python3-pytest python3-venv python3-pip             # Python tests, pip install into a venv
   python3-matplotlib                                  # kolo-trace render, bench/charts.py
   python3-setuptools python3-wheel                    # pip install --no-build-isolation .
+  debootstrap                                         # a bare Debian root for the wheel test
   iproute2 util-linux iputils-ping openssh-server openssh-client iperf3  # emulated hosts
   munge slurmctld slurmd slurm-client                 # Slurm tests (two emulated nodes)
 )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One wheel for every torch: builds kolo's wheel once with Debian's Python
-# (pip wheel --no-build-isolation: nothing from PyPI), installs that one file
+# One wheel for every torch: builds kolo's manylinux wheel once with Debian's
+# Python (scripts/wheel.sh /usr/bin/python3 --no-build-isolation: Debian's
+# setuptools and pybind11-dev; auditwheel from PyPI), installs that one file
 # into two fresh virtual environments — one that sees Debian's torch 1.13,
 # one that sees PyPI's torch 2.x (the environment TORCH2_PYTHON belongs to,
 # through a .pth file) — and runs Python test jobs in each through the
@@ -13,13 +14,8 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d /tmp/kolo-wheel.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-echo "== pip wheel (Debian's Python, no build isolation)"
-# A copy of the tree: setup.py builds into build-pip/ beside the sources,
-# which must not collide with a concurrent build in the checkout.
-mkdir -p "$WORK/src"
-(cd "$SRC" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$WORK/src")
-/usr/bin/python3 -m pip wheel -q --no-build-isolation --no-deps -w "$WORK/dist" "$WORK/src"
-WHEEL=$(ls "$WORK"/dist/kolo-*.whl)
+echo "== scripts/wheel.sh (Debian's Python, no build isolation)"
+WHEEL=$(KOLO_WHEEL_DIR=$WORK/dist "$SRC/scripts/wheel.sh" /usr/bin/python3 --no-build-isolation)
 echo "wheel: $(basename "$WHEEL")"
 WHEEL_SO_SHA=$(/usr/bin/python3 - "$WHEEL" <<'PY'
 import hashlib, sys, zipfile

@@ -1,5 +1,6 @@
 """Whole-model helpers: broadcast_parameters, broadcast_optimizer_state,
 broadcast_object, allgather_object (Horovod's names and arguments)."""
+import ctypes
 import pickle
 import zlib
 
@@ -13,6 +14,12 @@ from kolo.torch.dtypes import check_tensor, move_code, place
 
 def _i64(values):
     return torch.tensor(values, dtype=torch.int64, device="cpu")
+
+
+def _bytes(t):
+    """The bytes of a contiguous uint8 CPU tensor. Not t.numpy(): PyPI's torch
+    does not require NumPy, and `pip install kolo torch` brings none."""
+    return ctypes.string_at(t.data_ptr(), t.numel()) if t.numel() else b""
 
 
 def _check_same_everywhere(what, description):
@@ -75,7 +82,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     if c.rank() == root:
         buf = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else buf
     c.broadcast(buf.data_ptr(), buf.numel(), _C.U8, root)
-    return obj if c.rank() == root else pickle.loads(buf.numpy().tobytes())
+    return obj if c.rank() == root else pickle.loads(_bytes(buf))
 
 
 @with_process_set
@@ -90,7 +97,7 @@ def allgather_object(obj, name=None, process_set=None):
     counts = sizes.tolist()
     out = torch.empty(sum(counts), dtype=torch.uint8, device="cpu")
     c.allgatherv(mine.data_ptr(), out.data_ptr(), counts, _C.U8)
-    raw, objs, off = out.numpy().tobytes(), [], 0
+    raw, objs, off = _bytes(out), [], 0
     for k in counts:
         objs.append(pickle.loads(raw[off:off + k]))
         off += k
