@@ -1,5 +1,8 @@
 // What each rank is told through its environment and argv, and that
 // concurrent jobs do not share a store, a job id or a secret.
+#include <sys/stat.h>
+
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -93,6 +96,27 @@ TEST(Environment, MasterPortComesFromKoloPortRange) {
   expect_torchrun_env(by_rank, 2);
   const int port = std::stoi(by_rank[0].at("MASTER_PORT"));
   EXPECT_TRUE(port >= 47100 && port <= 47199) << "MASTER_PORT=" << port;
+}
+
+TEST(Environment, ElasticWorkersGetNoTorchrunVariables) {
+  // An elastic worker's rank changes without a restart (torchrun_env.h): it
+  // gets none of torchrun's variables, and an outer job's are removed.
+  TempDir dir;
+  const std::string script = dir.file("discover.sh");
+  std::ofstream(script) << "#!/bin/sh\necho localhost:1\n";
+  ::chmod(script.c_str(), 0755);
+  ::setenv("RANK", "5", 1);
+  ::setenv("TORCHELASTIC_RUN_ID", "outer", 1);
+  ::setenv("MASTER_PORT", "1", 1);
+  Outcome o = run_kolorun({"--min-np", "1", "--max-np", "1", "--host-discovery-script", script, rank_prog(), "where",
+                           "KOLO_WORKER_ID", "RANK", "TORCHELASTIC_RUN_ID", "MASTER_PORT", "MASTER_ADDR"});
+  for (const char* k : {"RANK", "TORCHELASTIC_RUN_ID", "MASTER_PORT"}) ::unsetenv(k);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto mine = with_prefix(split_lines(o.out), "[0] ");
+  EXPECT_EQ(std::vector<std::string>(mine.begin() + 1, mine.end()),
+            (std::vector<std::string>{"KOLO_WORKER_ID=localhost.0", "RANK unset", "TORCHELASTIC_RUN_ID unset",
+                                      "MASTER_PORT unset", "MASTER_ADDR unset"}))
+      << o.out;
 }
 
 TEST(Environment, ArgumentsAfterTheCommandArePassedUntouched) {

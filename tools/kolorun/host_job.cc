@@ -312,6 +312,7 @@ void HostJob::master_chosen(const Frame& f) {
     for (auto& rank : a->held->ranks) rank.env.insert(rank.env.end(), master.begin(), master.end());
     a->to.push(encode_frame('J', encode_job(*a->held)));
     a->held.reset();
+    a->last_heard = Clock::now();  // its silence counts from now (it was not expected to talk)
   }
 }
 
