@@ -98,6 +98,18 @@ TEST(Environment, MasterPortComesFromKoloPortRange) {
   EXPECT_TRUE(port >= 47100 && port <= 47199) << "MASTER_PORT=" << port;
 }
 
+TEST(Environment, MasterPortIsBelowTheEphemeralRange) {
+  // Outgoing connections take their local ports from the ephemeral range;
+  // rank 0 binds MASTER_PORT seconds after kolorun chose it, so it lies below.
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (!(range >> low) || low <= 20000) GTEST_SKIP() << "no room below the ephemeral range " << low;
+  Outcome o = run_kolorun({"-np", "1", rank_prog(), "env"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const int port = std::stoi(tagged_variables(o.out)[0].at("MASTER_PORT"));
+  EXPECT_TRUE(port >= 20000 && port < low) << "MASTER_PORT=" << port << ", ephemeral ports from " << low;
+}
+
 TEST(Environment, ElasticWorkersGetNoTorchrunVariables) {
   // An elastic worker's rank changes without a restart (torchrun_env.h): it
   // gets none of torchrun's variables, and an outer job's are removed.

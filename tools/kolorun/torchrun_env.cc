@@ -1,7 +1,11 @@
 #include "torchrun_env.h"
 
+#include <fstream>
+#include <random>
 #include <string>
 
+#include "core/config.h"
+#include "core/error.h"
 #include "host_address.h"
 #include "rendezvous/store_socket.h"
 
@@ -40,10 +44,40 @@ std::vector<std::string> torchrun_removals() {
   return names;
 }
 
+namespace {
+
+// The first port of the kernel's ephemeral range, from which every outgoing
+// connection on this host takes its local port; 0 when it cannot be read.
+int ephemeral_low() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return f >> low ? low : 0;
+}
+
+}  // namespace
+
 int free_master_port() {
   int port = 0;
-  // On every address, as torch's TCPStore server binds; closed on return.
-  kolo::rdv::listen_tcp("0.0.0.0", 0, &port);
+  // Probed on every address, as torch's TCPStore server binds; closed on return.
+  if (kolo::config::port_range().lo == 0) {
+    // Below the ephemeral range when there is room (20000 up, as kolo's
+    // Slurm store port): rank 0 binds the port seconds later (Python's
+    // imports), and meanwhile any connection on this host could take a port
+    // of the ephemeral range, never one below it.
+    constexpr int kFirst = 20000;
+    const int end = ephemeral_low();
+    std::random_device rd;
+    for (int tries = 0; tries < 64 && end > kFirst; ++tries) {
+      const int p = kFirst + static_cast<int>(rd() % static_cast<unsigned>(end - kFirst));
+      try {
+        kolo::rdv::listen_tcp("0.0.0.0", p, &port);
+        return port;
+      } catch (const kolo::Error&) {
+        // in use: another one
+      }
+    }
+  }
+  kolo::rdv::listen_tcp("0.0.0.0", 0, &port);  // KOLO_PORT_RANGE's, or any
   return port;
 }
 

@@ -40,10 +40,10 @@ std::vector<std::string> master_variables(const std::string& addr, int port);
 // overrides that remove those variables (environment_with()).
 std::vector<std::string> torchrun_removals();
 
-// A TCP port nothing listens on now on this host, from KOLO_PORT_RANGE when
-// that is set; rank 0's TCPStore binds it moments later (torchrun picks its
-// MASTER_PORT the same way). Throws kolo::Error naming the range when all of
-// it is taken.
+// A TCP port nothing listens on now on this host: from KOLO_PORT_RANGE when
+// that is set, else preferably below the kernel's ephemeral port range; rank
+// 0's TCPStore binds it when the program starts torch.distributed. Throws
+// kolo::Error naming the range when all of it is taken.
 int free_master_port();
 
 // MASTER_ADDR as the other hosts reach this one: the address of `iface`
