@@ -79,9 +79,9 @@ def main():
     train_set, test_set = dataset(args.data_dir, "train"), dataset(args.data_dir, "t10k")
     if args.limit:
         train_set = torch.utils.data.Subset(train_set, range(min(args.limit, len(train_set))))
+    # Under kolorun the gloo run needs nothing either: kolorun sets torchrun's
+    # variables, so Lightning takes its ranks as under torchrun.
     strategy = "ddp_kolo" if args.backend == "kolo" else DDPStrategy(process_group_backend="gloo")
-    if args.backend == "gloo" and kolo.lightning.KoloEnvironment.detect():
-        strategy = DDPStrategy(process_group_backend="gloo", cluster_environment=kolo.lightning.KoloEnvironment())
     trainer = pl.Trainer(accelerator="cpu", devices=args.devices, num_nodes=args.num_nodes, strategy=strategy,
                          max_epochs=args.epochs, logger=False, default_root_dir=args.out,
                          enable_model_summary=False)

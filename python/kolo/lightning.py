@@ -15,11 +15,16 @@ Lightning is patched:
 ``KoloEnvironment``
     The ranks kolorun started: rank, world size and local rank are kolorun's
     KOLO_* variables, the ones kolo's own discovery reads first, so Lightning
-    and kolo agree on who is who. Lightning has no hook to detect a new
-    cluster kind, so with any other strategy pass it as a plugin under
-    kolorun: ``Trainer(..., strategy=DDPStrategy(process_group_backend="kolo"),
-    plugins=[KoloEnvironment()])``. Without it Lightning takes kolorun's ranks
-    for single processes and starts ``devices - 1`` more of each.
+    and kolo agree on who is who; a Trainer whose devices/num_nodes disagree
+    with kolorun's hosts is told what to pass. Not needed for a plain
+    ``DDPStrategy(process_group_backend="kolo")``: kolorun also sets torchrun's
+    variables (TORCHELASTIC_RUN_ID, RANK, LOCAL_RANK, MASTER_ADDR, ...), so
+    Lightning's own detection picks its ``TorchElasticEnvironment`` and starts
+    no ranks of its own, as under torchrun. Pass it as a plugin
+    (``plugins=[KoloEnvironment()]``) where Lightning would pick another
+    environment: inside a Slurm allocation, a Lightning that checks
+    SLURMEnvironment before TorchElasticEnvironment (2.6.6 checks
+    TorchElasticEnvironment first).
 
 Under srun no kolo environment is needed: Lightning's ``SLURMEnvironment``
 reads the same SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID that kolo's

@@ -108,7 +108,10 @@ HostMap map_hosts(StoreClient& store, const std::string& prefix, const std::stri
   if (store.add(fmt::format("{}/claim/{}", prefix, rank), 1) != 1)
     fail("rendezvous: rank {} of {} is already taken by another process (this one: pid {} on {}); "
          "two processes were started with the same rank: does the program start its own workers "
-         "under a launcher that already started one process per rank?",
+         "under a launcher that already started one process per rank (torch.multiprocessing.spawn, "
+         "Lightning's strategy \"ddp_spawn\")? Let the launcher start every rank: in Lightning, "
+         "strategy \"ddp\" or \"ddp_kolo\", and under kolorun plugins=[kolo.lightning.KoloEnvironment()] "
+         "if the Trainer still starts workers of its own",
          rank, size, getpid(), me.name);
   store.set(fmt::format("{}/host/{}", prefix, rank), fmt::format("{}\n{}\n{}\n{}", me.name, me.boot, me.token, me.route));
   wait_for_ranks(store, prefix + "/host", size, timeout);

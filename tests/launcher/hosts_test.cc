@@ -4,6 +4,10 @@
 // on this machine (a fake ssh), so that the agent, its frames and the
 // unreachable-host check run without root or sshd. Real hosts:
 // tests/multihost/kolorun_*.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -228,6 +232,85 @@ TEST(FakeRemoteHosts, AgentsStartRanksRelayOutputAndReportExits) {
                    "exit", "9", "3"});
   EXPECT_EQ(o.code, 9);
   EXPECT_TRUE(contains(o.err, "kolorun: rank 3 on nodeb exited with code 9 (first failure)")) << o.err;
+}
+
+// This machine's first non-loopback IPv4 address ("" if it has none): an
+// address that --network-interface can name and that is not loopback, so that
+// MASTER_ADDR visibly comes from it.
+std::string non_loopback_ipv4() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string ip;
+  for (ifaddrs* i = list; i != nullptr && ip.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK)) continue;
+    char buf[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+    ip = buf;
+  }
+  ::freeifaddrs(list);
+  return ip;
+}
+
+// torchrun's variables across hosts (tools/kolorun/torchrun_env.h): GROUP_RANK
+// is the host's index, MASTER_ADDR:MASTER_PORT one endpoint on rank 0's host
+// (chosen by its agent, also when that host is not the launching one).
+TEST(FakeRemoteHosts, TorchrunVariablesNameRankZerosHost) {
+  const std::string ip = non_loopback_ipv4();
+  const std::string iface = ip.empty() ? "lo" : ip + "/32", master = ip.empty() ? "127.0.0.1" : ip;
+  const std::vector<std::string> names = {"RANK",      "LOCAL_RANK",  "WORLD_SIZE",          "LOCAL_WORLD_SIZE",
+                                          "GROUP_RANK", "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "KOLO_JOB_ID",
+                                          "MASTER_ADDR", "MASTER_PORT"};
+  struct Layout {
+    std::string hosts;
+    std::vector<int> local_rank, local_size, group;
+    std::string master_addr;
+  };
+  const Layout layouts[] = {
+      {"localhost:1,nodea:2,nodeb:1", {0, 0, 1, 0}, {1, 2, 2, 1}, {0, 1, 1, 2}, master},
+      {"nodea:2,nodeb:2", {0, 1, 0, 1}, {2, 2, 2, 2}, {0, 0, 1, 1}, master},  // rank 0 not on this host
+      {"nodea:3", {0, 1, 2}, {3, 3, 3}, {0, 0, 0}, "127.0.0.1"},             // one host: loopback
+  };
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE("-H " + l.hosts);
+    std::vector<std::string> args = {"-H", l.hosts, "--rsh", kFakeRsh, "--network-interface", iface, rank_prog(),
+                                     "where"};
+    args.insert(args.end(), names.begin(), names.end());
+    Outcome o = run_kolorun(args);
+    ASSERT_EQ(o.code, 0) << o.err;
+    auto v = tagged_variables(o.out);
+    for (auto& [rank, vars] : v) vars.erase("rank");  // where's "rank=R local=..." line
+    const int np = static_cast<int>(l.group.size());
+    ASSERT_EQ(v.size(), l.group.size()) << o.out;
+    const std::string port = v[0]["MASTER_PORT"];
+    EXPECT_TRUE(std::regex_match(port, std::regex(R"([1-9]\d*)"))) << o.out;
+    const int hosts = l.group.back() + 1;
+    for (int r = 0; r < np; ++r) {
+      const Vars want = {{"RANK", std::to_string(r)},
+                         {"LOCAL_RANK", std::to_string(l.local_rank[r])},
+                         {"WORLD_SIZE", std::to_string(np)},
+                         {"LOCAL_WORLD_SIZE", std::to_string(l.local_size[r])},
+                         {"GROUP_RANK", std::to_string(l.group[r])},
+                         {"GROUP_WORLD_SIZE", std::to_string(hosts)},
+                         {"TORCHELASTIC_RUN_ID", v[0]["KOLO_JOB_ID"]},
+                         {"KOLO_JOB_ID", v[0]["KOLO_JOB_ID"]},
+                         {"MASTER_ADDR", l.master_addr},
+                         {"MASTER_PORT", port}};
+      EXPECT_EQ(v[r], want) << "rank " << r << "\n" << o.out;
+    }
+  }
+}
+
+TEST(FakeRemoteHosts, RankZerosHostFailingToStartStartsNoOtherHost) {
+  // nodea (rank 0's host) finds no program; nodeb's agent is held until nodea
+  // reports MASTER_*, so its ranks never start and the job ends at once.
+  const std::string rsh = R"(sh -c '[ "$1" = nodea ] && export PATH=/nonexistent; exec /bin/sh -c "$2"' fake-rsh)";
+  Outcome o = run_kolorun({"-H", "nodea:1,nodeb:1", "--rsh", rsh, "--network-interface", "lo", "sh", "-c",
+                           "echo started on $KOLO_RANK"});
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_TRUE(contains(o.err, "kolorun: cannot execute 'sh': No such file or directory (on nodea) (first failure)"))
+      << o.err;
+  EXPECT_EQ(o.out, "");  // rank 1 on nodeb never ran
+  EXPECT_LT(o.seconds, 10) << o.err;
 }
 
 TEST(FakeRemoteHosts, PartialLinesProgressBarsAndOutputDirAcrossTheAgent) {

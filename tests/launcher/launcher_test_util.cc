@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -165,6 +166,16 @@ std::vector<std::string> with_prefix(const std::vector<std::string>& lines, cons
     if (l.rfind(prefix, 0) == 0) out.push_back(l.substr(prefix.size()));
   }
   return out;
+}
+
+std::map<int, Vars> tagged_variables(const std::string& out) {
+  std::map<int, Vars> by_rank;
+  static const std::regex line_re(R"(\[(\d+)\] ([A-Za-z_]+)=(.*))");
+  for (const auto& line : split_lines(out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, line_re)) by_rank[std::stoi(m[1])][m[2]] = m[3];
+  }
+  return by_rank;
 }
 
 }  // namespace kolotest

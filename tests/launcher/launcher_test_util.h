@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,5 +73,9 @@ std::string read_file(const std::string& path);
 
 // The lines of `lines` that start with prefix, with the prefix removed.
 std::vector<std::string> with_prefix(const std::vector<std::string>& lines, const std::string& prefix);
+
+// "[r] NAME=value" lines of kolorun's output -> one map per rank tag.
+using Vars = std::map<std::string, std::string>;
+std::map<int, Vars> tagged_variables(const std::string& out);
 
 }  // namespace kolotest

@@ -5,8 +5,8 @@
 //   partial           "partial out R" / "partial err R", no trailing newline
 //   progress          "step 1\rstep 2\rdone\n" (a progress bar)
 //   longline N        one line of N 'x' characters
-//   env               KOLO_* variables as NAME=value lines, and facts about
-//                     its process: stdin, process group
+//   env               KOLO_* and torchrun's variables as NAME=value lines, and
+//                     facts about its process: stdin, process group
 //   args A...         "arg: A" per argument
 //   exit C R          rank R exits with code C, the others with 0
 //   sleep DIR [--grandchild] [--ignore-term] [--fail-rank R (--exit C | --signal S)]
@@ -79,7 +79,12 @@ int count_files(const std::string& dir, const std::string& suffix_not) {
 
 void print_env() {
   for (const char* name : {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE",
-                           "KOLO_STORE_ADDR", "KOLO_JOB_ID", "KOLO_SECRET"}) {
+                           "KOLO_STORE_ADDR", "KOLO_JOB_ID", "KOLO_SECRET",
+                           // torchrun's (tools/kolorun/torchrun_env.h)
+                           "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                           "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                           "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                           "TORCHELASTIC_USE_AGENT_STORE", "MASTER_ADDR", "MASTER_PORT"}) {
     std::printf("%s=%s\n", name, env_or(name, "<unset>"));
   }
   struct stat in, null;

@@ -81,7 +81,8 @@ TEST(UsageHelp, HelpDocumentsEveryFlagAndVariable) {
   EXPECT_EQ(o.code, 0);
   for (const char* word : {"Usage: kolorun -np N", "--np", "--output-dir", "--tag-output", "--no-tag-output",
                            "--timeout", "--grace-period", "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK",
-                           "KOLO_LOCAL_SIZE", "KOLO_STORE_ADDR", "KOLO_JOB_ID", "KOLO_SECRET"}) {
+                           "KOLO_LOCAL_SIZE", "KOLO_STORE_ADDR", "KOLO_JOB_ID", "KOLO_SECRET", "RANK, LOCAL_RANK, WORLD_SIZE",
+                           "GROUP_RANK", "TORCHELASTIC_RUN_ID", "MASTER_ADDR, MASTER_PORT"}) {
     EXPECT_NE(o.out.find(word), std::string::npos) << "--help does not mention " << word;
   }
 }

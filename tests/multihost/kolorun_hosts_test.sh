@@ -20,11 +20,16 @@
 #                                      every host (-x wins); KOLO_HIERARCHICAL=0 runs every rank
 #                                      flat; settings differing by host fail every rank within 10 s
 #                                      naming them; kolorun's, C++'s and Python's local ranks agree
+#   kolorun_hosts_test.sh torchrun     torchrun's variables across hosts: MASTER_ADDR is rank 0's
+#                                      host's address, MASTER_PORT one port for all; a gloo env://
+#                                      program that never imports kolo (Debian's torch) runs on
+#                                      2 hosts x 2, launched on rank 0's host and on a host without
+#                                      ranks (rank 0's agent on h0 then picks MASTER_PORT)
 # Needs root (skips with 77 otherwise) and KOLO_TEST_BUILD_DIR (set by ctest).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-case=${1:?usage: kolorun_hosts_test.sh e2e|bench|unreachable|signal|launcher-killed|mpirun|settings}
+case=${1:?usage: kolorun_hosts_test.sh e2e|bench|unreachable|signal|launcher-killed|mpirun|settings|torchrun}
 B=${KOLO_TEST_BUILD_DIR:-$REPO/build}
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
 K=$B/tools/kolorun/kolorun
@@ -226,6 +231,31 @@ settings)
   expect "python: rank 0 on h0" has_text out "[0] py 0 0 0 2 0 2"
   expect "python: rank 1 on h0" has_text out "[1] py 1 1 1 2 0 2"
   expect "python: rank 2 on h1" has_text out "[2] py 2 0 0 1 1 2"
+  expect "nothing left" no_leftovers
+  ;;
+torchrun)
+  GLOO=$REPO/tests/python/workers/torchrun_gloo_worker.py
+  [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2> /dev/null || { echo "SKIP: no Debian torch"; exit 77; }
+  for launcher in h0 h2; do
+    what="launched on $launcher"
+    kh_exec $launcher "$K" -H h0:2,h1:2 --rsh "$RSH" "$R" where MASTER_ADDR MASTER_PORT GROUP_RANK > out 2> err
+    expect "$what: exits 0" eq "$?" 0
+    port=$(grep -m1 -oE '^\[0\] MASTER_PORT=[0-9]+$' out | cut -d= -f2)
+    for r in 0 1 2 3; do
+      expect "$what: rank $r has MASTER_ADDR of h0 ($(kh_addr h0)), one MASTER_PORT, GROUP_RANK $((r / 2))" eq \
+        "$(grep -E "^\[$r\] (MASTER_ADDR|MASTER_PORT|GROUP_RANK)=" out | sed "s/^\[$r\] //" | tr '\n' ' ')" \
+        "MASTER_ADDR=$(kh_addr h0) MASTER_PORT=$port GROUP_RANK=$((r / 2)) "
+    done
+    kh_exec $launcher "$K" -H h0:2,h1:2 --rsh "$RSH" --timeout 200 -x OMP_NUM_THREADS=1 /usr/bin/python3 "$GLOO" \
+      > out 2> err
+    rc=$?
+    expect "$what: the gloo env:// program exits 0" eq "$rc" 0
+    [ $rc = 0 ] || sed 's/^/    /' err | tail -20
+    for r in 0 1 2 3; do
+      expect "$what: gloo rank $r on h$((r / 2)): allreduce and allgather right" has_text out \
+        "[$r] torchrun_gloo rank $r of 4: local $((r % 2))/2 group $((r / 2))/2 elastic True: OK"
+    done
+  done
   expect "nothing left" no_leftovers
   ;;
 *) echo "unknown case $case"; exit 2 ;;

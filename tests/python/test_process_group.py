@@ -1,8 +1,9 @@
 """The torch.distributed backend "kolo" (workers/process_group_worker.py):
 every op against results computed in the worker, DDP on "kolo" equal to DDP
 on "gloo", errors with their text on every rank, a rank killed during DDP
-training; started by kolorun (no MASTER_* variables), by torchrun-style
-variables (env:// with MASTER_ADDR/MASTER_PORT) and by mpirun."""
+training; started by kolorun (which sets torchrun's variables too), by
+torchrun-style variables (env:// with MASTER_ADDR/MASTER_PORT) and by mpirun
+(no MASTER_* variables: kolo's discovery and env handler)."""
 import inspect
 import os
 import re

@@ -46,6 +46,21 @@ TEST(Discover, Kolorun) {
   EXPECT_EQ(d.job_id, "job-42");
 }
 
+TEST(Discover, KolorunRankIgnoresTheTorchrunVariablesKolorunSetsToo) {
+  // kolorun gives every rank torchrun's variables as well (for programs
+  // written for torchrun); kolo keeps to kolorun's store and job id, not
+  // MASTER_PORT+1 as under a real torchrun.
+  Discovery d = discover({{"KOLO_RANK", "3"}, {"KOLO_SIZE", "4"}, {"KOLO_LOCAL_RANK", "1"},
+                          {"KOLO_LOCAL_SIZE", "2"}, {"KOLO_STORE_ADDR", "10.0.0.5:29400"},
+                          {"KOLO_JOB_ID", "job-42"}, {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
+                          {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"}, {"MASTER_ADDR", "10.0.0.5"},
+                          {"MASTER_PORT", "29517"}, {"TORCHELASTIC_RUN_ID", "job-42"},
+                          {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+  expect_ranks(d, "kolo", 3, 4, 1, 2);
+  expect_store(d, "10.0.0.5", 29400, false);
+  EXPECT_EQ(d.job_id, "job-42");
+}
+
 TEST(Discover, KoloWithoutStoreAddressFallsBackToRankZeroHosting) {
   Discovery d = discover({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "2"}});
   expect_ranks(d, "kolo", 0, 2, -1, -1);

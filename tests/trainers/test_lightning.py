@@ -5,7 +5,8 @@ and runs Trainer.test; workers/lightning_check.py then checks, exactly: the
 ranks' identities (Lightning = torch = kolo), bit-identical final weights equal
 to a single-process plain-torch reference, sync_dist means, rank 0's
 checkpoint, Trainer.test's totals. Started by Lightning's own launcher (one
-plain process) and by kolorun; srun is lightning_slurm_test.sh.
+plain process) and by kolorun (a plain DDPStrategy too: kolorun sets torchrun's
+variables); srun is lightning_slurm_test.sh.
 
   KOLORUN=build/tools/kolorun/kolorun PYTHONPATH=build/python \\
       ~/.cache/kolo/venvs/torch-2.15.0/bin/python -m pytest -q tests/trainers/test_lightning.py
@@ -29,14 +30,14 @@ from lightning_check import check  # noqa: E402
 
 from pytorch_lightning import Trainer  # noqa: E402
 from pytorch_lightning.strategies import DDPStrategy, StrategyRegistry  # noqa: E402
-from lightning_fabric.plugins.environments import LightningEnvironment  # noqa: E402
+from lightning_fabric.plugins.environments import LightningEnvironment, TorchElasticEnvironment  # noqa: E402
 
 from kolo.lightning import KoloDDPStrategy, KoloEnvironment  # noqa: E402
 
 # Variables of an outer job (a CI runner under Slurm or torchrun) would change
 # which cluster environment Lightning picks.
 _OUTER = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
-          "GROUP_RANK", "PL_GLOBAL_SEED")
+          "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "PL_GLOBAL_SEED")
 
 
 def _clean_env():
@@ -91,11 +92,13 @@ def kolorun(np, *args):
 
 JOBS = {
     # name: (launcher, worker options, the cluster environment Lightning must use)
-    # --strategy kolo is DDPStrategy(process_group_backend="kolo"); under kolorun
-    # it needs --plugin (KoloEnvironment), which "ddp_kolo" brings itself.
+    # --strategy kolo is DDPStrategy(process_group_backend="kolo"): under kolorun
+    # Lightning detects TorchElasticEnvironment by the torchrun variables kolorun
+    # sets, as under torchrun; "ddp_kolo" and --plugin bring KoloEnvironment.
     "lightning-ddp_kolo": ("lightning", ["--strategy", "ddp_kolo"], "LightningEnvironment"),
     "lightning-DDPStrategy": ("lightning", ["--strategy", "kolo"], "LightningEnvironment"),
     "kolorun-ddp_kolo": ("kolorun", ["--strategy", "ddp_kolo"], "KoloEnvironment"),
+    "kolorun-DDPStrategy": ("kolorun", ["--strategy", "kolo"], "TorchElasticEnvironment"),
     "kolorun-DDPStrategy-plugin": ("kolorun", ["--strategy", "kolo", "--plugin"], "KoloEnvironment"),
 }
 
@@ -127,6 +130,17 @@ def test_kolorun_trainer_mismatch_is_an_error():
             assert any(line.startswith(f"[{r}] ") and "kolorun started 2 ranks, 2 on this host, but the Trainer "
                        "has devices=1, num_nodes=1; pass devices=2, num_nodes=1" in line
                        for line in text.splitlines()), f"rank {r} did not say so:\n{text[-6000:]}"
+
+
+def test_kolorun_ddp_spawn_is_an_error_naming_the_fix():
+    """Lightning's "ddp_spawn" under kolorun starts workers of its own, two per rank: the job
+    fails (never a hang, never one job of mixed ranks) with an error that names the strategy to use."""
+    with tempfile.TemporaryDirectory() as out:
+        rc, text = run_job(kolorun(2, WORKER, out, "--strategy", "kolo", "--spawn"))
+        assert rc != 0, text[-4000:]
+        # rank 0's twin cannot bind MASTER_PORT, the other ranks' twins are refused by kolo's rendezvous
+        assert ('in Lightning, strategy "ddp" or "ddp_kolo"' in text and
+                ("already taken by another process" in text or "cannot listen on MASTER_PORT" in text)), text[-6000:]
 
 
 # -- in this process: the name, the environment, the settings check ----------
@@ -165,6 +179,23 @@ def test_kolorun_ranks_are_lightnings(monkeypatch, how):
     assert trainer.strategy.cluster_environment.creates_processes_externally  # Lightning starts none
     assert (trainer.global_rank, trainer.world_size, trainer.local_rank, trainer.node_rank) == (3, 4, 1, 1)
     trainer.strategy.cluster_environment.validate_settings(num_devices=2, num_nodes=2)
+
+
+def test_plain_ddp_strategy_under_kolorun_is_torchelastic(monkeypatch):
+    """What kolorun gives rank 3 of 4 (2 hosts of 2): Lightning's own detection
+    finds a launched job and takes its ranks; no plugin, no ddp_kolo."""
+    _without_job_variables(monkeypatch)
+    for k, v in {**KOLORUN_RANK3_OF_4, "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                 "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2",
+                 "TORCHELASTIC_RUN_ID": "0123456789abcdef", "MASTER_ADDR": "10.0.0.1",
+                 "MASTER_PORT": "29517"}.items():
+        monkeypatch.setenv(k, v)
+    trainer = Trainer(accelerator="cpu", devices=2, num_nodes=2, logger=False,
+                      strategy=DDPStrategy(process_group_backend="kolo"))
+    env = trainer.strategy.cluster_environment
+    assert type(env) is TorchElasticEnvironment and env.creates_processes_externally
+    assert (trainer.global_rank, trainer.world_size, trainer.local_rank, trainer.node_rank) == (3, 4, 1, 1)
+    assert (env.main_address, env.main_port) == ("10.0.0.1", 29517)
 
 
 def test_kolo_environment_errors(monkeypatch):

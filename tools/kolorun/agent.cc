@@ -21,6 +21,7 @@
 #include "signals.h"
 #include "spawn.h"
 #include "supervisor.h"
+#include "torchrun_env.h"
 
 namespace kolorun {
 
@@ -165,6 +166,35 @@ void send_failure(Outbox& out, int code, const std::string& text) {
   out.push(encode_frame('F', w.bytes()));
 }
 
+// The job cannot start on this host: says why, and that no rank runs here.
+int refuse(Outbox& out, int code, const std::string& text) {
+  send_failure(out, code, text);
+  out.push(encode_frame('D', {}));
+  out.drain(5000);
+  return 0;
+}
+
+// choose_master (agent_protocol.h): reports MASTER_ADDR and MASTER_PORT to
+// the launcher and adds them to this host's ranks. False after refusing.
+bool choose_master(Outbox& out, JobSpec& job) {
+  std::string addr;
+  int port = 0;
+  try {
+    addr = master_address(job.master_iface, job.master_peer);
+    port = free_master_port();
+  } catch (const std::exception& e) {
+    refuse(out, 1, fmt::format("cannot choose torchrun's MASTER_ADDR and MASTER_PORT on {} (rank 0's host): {}",
+                               job.host, e.what()));
+    return false;
+  }
+  Writer w;
+  w.str(addr).u32(static_cast<std::uint32_t>(port));
+  out.push(encode_frame('P', w.bytes()));
+  const auto master = master_variables(addr, port);
+  for (auto& r : job.ranks) r.env.insert(r.env.end(), master.begin(), master.end());
+  return true;
+}
+
 }  // namespace
 
 int agent_main() {
@@ -185,22 +215,16 @@ int agent_main() {
     const auto eq = kv.find('=');
     ::setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
   }
-  if (::chdir(job->cwd.c_str()) != 0) {
-    send_failure(out, 1, fmt::format("cannot change to the working directory '{}' on {}: {}", job->cwd,
-                                     job->host, std::strerror(errno)));
-    out.push(encode_frame('D', {}));
-    out.drain(5000);
-    return 0;
-  }
+  if (::chdir(job->cwd.c_str()) != 0)
+    return refuse(out, 1, fmt::format("cannot change to the working directory '{}' on {}: {}", job->cwd,
+                                      job->host, std::strerror(errno)));
   std::string exe;
   try {
     exe = resolve_executable(job->argv.front());
   } catch (const ExecError& e) {
-    send_failure(out, 2, fmt::format("{} (on {})", e.what(), job->host));
-    out.push(encode_frame('D', {}));
-    out.drain(5000);
-    return 0;
+    return refuse(out, 2, fmt::format("{} (on {})", e.what(), job->host));
   }
+  if (job->choose_master && !choose_master(out, *job)) return 0;
 
   block_job_signals();
   const int signal_fd = open_signal_fd();

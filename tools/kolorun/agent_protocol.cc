@@ -96,6 +96,7 @@ std::string encode_job(const JobSpec& job) {
   for (const auto& r : job.ranks) w.u32(static_cast<std::uint32_t>(r.rank)).strs(r.env);
   // Milliseconds: a double has no portable wire form and needs none here.
   w.u32(static_cast<std::uint32_t>(job.grace_s * 1000)).u32(job.silence_ms);
+  w.u8(job.choose_master ? 1 : 0).str(job.master_iface).str(job.master_peer);
   return w.bytes();
 }
 
@@ -115,6 +116,9 @@ JobSpec decode_job(std::string_view payload) {
   }
   job.grace_s = r.u32() / 1000.0;
   job.silence_ms = r.u32();
+  job.choose_master = r.u8() != 0;
+  job.master_iface = r.str();
+  job.master_peer = r.str();
   if (job.argv.empty() || job.ranks.empty()) throw ProtocolError("job without a command or ranks");
   return job;
 }

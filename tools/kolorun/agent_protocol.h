@@ -10,12 +10,20 @@
 // the launcher refuses them and shows them instead.
 //
 //   launcher -> agent                      agent -> launcher
-//   'J' the job (JobSpec), first           'R' all ranks started
-//   'S' u8 signal: stop the ranks with it  'F' u8 exit code, text: could not start
-//   'H' heartbeat (every second)           'O' u32 rank, u8 stream (1/2), bytes
+//   'J' the job (JobSpec), first           'P' str address, u32 port: the MASTER_ADDR
+//   'S' u8 signal: stop the ranks with it      and MASTER_PORT it chose (choose_master)
+//   'H' heartbeat (every second)           'R' all ranks started
+//                                          'F' u8 exit code, text: could not start
+//                                          'O' u32 rank, u8 stream (1/2), bytes
 //                                          'X' u32 rank, u8 how (CLD_*), i32 status
 //                                          'H' heartbeat (every second)
 //                                          'D' every rank has ended, agent exits
+//
+// torchrun's MASTER_PORT must be free on rank 0's host, which only that
+// host's agent can tell: it gets choose_master, picks the port (and the
+// address the other hosts reach it at) and reports them in 'P' before it
+// starts its ranks; the launcher holds the other hosts' 'J' until then and
+// adds both to their ranks' variables (torchrun_env.h).
 //
 // The secret travels in 'J' over the agent's stdin, so it never appears on a
 // command line that `ps` shows, on either host.
@@ -111,6 +119,11 @@ struct JobSpec {
   std::vector<RankEnv> ranks;
   double grace_s = 3;            // SIGTERM -> SIGKILL
   std::uint32_t silence_ms = 15000;  // no frame from the launcher for this long: it is gone
+  // This host runs rank 0: choose MASTER_ADDR (master_address(master_iface,
+  // master_peer) on this host) and a free MASTER_PORT, send 'P', and give
+  // both to the ranks.
+  bool choose_master = false;
+  std::string master_iface, master_peer;
 };
 
 std::string encode_job(const JobSpec& job);

@@ -20,6 +20,7 @@
 #include "relay.h"
 #include "say.h"
 #include "signals.h"
+#include "torchrun_env.h"
 
 extern char** environ;
 
@@ -100,6 +101,9 @@ struct Agent {
   FrameReader from;
   TailSink err;
   bool hello = false;  // kAgentHello seen
+  Clock::time_point hello_at;
+  bool chooser = false;          // its job has choose_master
+  std::optional<JobSpec> held;   // its job, not sent until MASTER_* are known
   bool done = false;   // 'D' seen: its ranks have ended
   bool lost = false;
   bool reaped = false;
@@ -122,12 +126,14 @@ class HostJob : public HostJobControl {
   }
   int run(const std::vector<AgentLaunch>& launches);
 
-  void add_host(const AgentLaunch& l) override { start(l); }
+  void add_host(const AgentLaunch& l) override { start(l, false); }
   void drop_host(const std::string& name) override;
   void end(int code, const std::string& text) override { fail(code, text); }
 
  private:
-  void start(const AgentLaunch& l);
+  void start(const AgentLaunch& l, bool hold);
+  void master_chosen(const Frame& f);
+  void drop(Agent& a);
   void read_out(Agent& a);
   void handle_frame(Agent& a, const Frame& f);
   void read_err(Agent& a);
@@ -152,12 +158,13 @@ class HostJob : public HostJobControl {
   bool stopping_ = false;
   bool killed_ = false;
   std::optional<Clock::time_point> job_deadline_, kill_deadline_;
+  bool master_pending_ = false;  // an agent is choosing MASTER_ADDR/MASTER_PORT
   Clock::time_point last_beat_ = Clock::now();
 };
 
 std::size_t HostJob::ranks_running() const {
   std::size_t n = 0;
-  for (const auto& r : ranks_) n += (!r.exited && r.agent != nullptr && !r.agent->lost) ? 1 : 0;
+  for (const auto& r : ranks_) n += (!r.exited && r.agent != nullptr && !r.agent->lost && !r.agent->held) ? 1 : 0;
   return n;
 }
 
@@ -169,7 +176,7 @@ bool HostJob::finished() const {
   return true;
 }
 
-void HostJob::start(const AgentLaunch& l) {
+void HostJob::start(const AgentLaunch& l, bool hold) {
   auto a = std::make_unique<Agent>(l.host);
   a->argv = l.argv;
   RankSpec spec;
@@ -184,7 +191,9 @@ void HostJob::start(const AgentLaunch& l) {
   if (l.host.local) spec.death_signal = SIGTERM;
   a->proc = spawn_rank(spec);
   a->to.reset(a->proc.stdin_pipe);
-  a->to.push(l.job_frame);
+  a->chooser = l.job.choose_master;
+  if (hold) a->held = l.job;
+  else a->to.push(encode_frame('J', encode_job(l.job)));
   a->last_heard = Clock::now();
   for (int r : l.host.ranks) {
     if (r >= static_cast<int>(ranks_.size())) ranks_.resize(r + 1);  // an elastic job's new workers
@@ -227,6 +236,9 @@ void HostJob::fail(int code, const std::string& text) {
 void HostJob::stop_all(int sig) {
   if (!stopping_) kill_deadline_ = Clock::now() + seconds(opts_.grace_s) + kAgentSlack;
   stopping_ = true;
+  for (auto& a : agents_) {
+    if (a->held) drop(*a);  // its ranks never started: nothing to stop
+  }
   Writer w;
   w.u8(static_cast<std::uint8_t>(sig));
   const std::string frame = encode_frame('S', w.bytes());
@@ -273,15 +285,34 @@ void HostJob::lose(Agent& a, const std::string& why) {
   close_agent(a);
 }
 
+void HostJob::drop(Agent& a) {
+  a.lost = true;
+  a.held.reset();
+  for (int r : a.host.ranks) {
+    ranks_[r].exited = true;
+    finish_output(r);
+  }
+  close_agent(a);
+}
+
 void HostJob::drop_host(const std::string& name) {
   for (auto& a : agents_) {
-    if (a->host.name != name || a->lost || a->done) continue;
-    a->lost = true;
-    for (int r : a->host.ranks) {
-      ranks_[r].exited = true;
-      finish_output(r);
-    }
-    close_agent(*a);
+    if (a->host.name == name && !a->lost && !a->done) drop(*a);
+  }
+}
+
+void HostJob::master_chosen(const Frame& f) {
+  Reader r(f.payload);
+  const std::string addr = r.str();
+  const int port = static_cast<int>(r.u32());
+  master_pending_ = false;
+  const auto master = master_variables(addr, port);
+  for (auto& a : agents_) {
+    if (!a->held) continue;
+    for (auto& rank : a->held->ranks) rank.env.insert(rank.env.end(), master.begin(), master.end());
+    a->to.push(encode_frame('J', encode_job(*a->held)));
+    a->held.reset();
+    a->last_heard = Clock::now();  // its silence counts from now (it was not expected to talk)
   }
 }
 
@@ -339,6 +370,9 @@ void HostJob::handle_frame(Agent& a, const Frame& f) {
       fail(code, std::string(r.rest()));
       return;
     }
+    case 'P':
+      if (a.chooser && master_pending_) master_chosen(f);
+      return;
     case 'D':
       a.done = true;
       return;
@@ -400,6 +434,7 @@ void HostJob::read_out(Agent& a) {
     if (k < kAgentHello.size()) return;
     a.from.consume(kAgentHello.size());
     a.hello = true;
+    a.hello_at = Clock::now();
   }
   try {
     while (auto f = a.from.next()) handle_frame(a, *f);
@@ -458,8 +493,13 @@ void HostJob::on_timers() {
   }
   for (auto& a : agents_) {
     a->to.flush();
-    if (!a->lost && !a->done && a->proc.stdout_pipe >= 0 && now - a->last_heard > seconds(opts_.silence_s))
+    // An agent waiting for its job says nothing until it has it.
+    if (!a->lost && !a->done && !a->held && a->proc.stdout_pipe >= 0 && now - a->last_heard > seconds(opts_.silence_s))
       lose(*a, fmt::format("nothing came from its agent for {:g} s (the host or its link is down?)", opts_.silence_s));
+    if (master_pending_ && a->chooser && a->hello && !stopping_ && now - a->hello_at > seconds(opts_.silence_s))
+      fail(1, fmt::format("the agent on {} (rank 0's host) reported no MASTER_ADDR/MASTER_PORT within {:g} s "
+                          "(is the kolorun there the same version as this one?)",
+                          a->host.name, opts_.silence_s));
   }
   if (opts_.elastic != nullptr && !stopping_) opts_.elastic->tick(*this);
   if (!stopping_ && job_deadline_ && now >= *job_deadline_) {
@@ -480,9 +520,10 @@ void HostJob::on_timers() {
 }
 
 int HostJob::run(const std::vector<AgentLaunch>& launches) {
+  for (const auto& l : launches) master_pending_ = master_pending_ || l.job.choose_master;
   for (const auto& l : launches) {
     try {
-      start(l);
+      start(l, master_pending_ && !l.job.choose_master);
     } catch (const std::exception& e) {
       fail(1, fmt::format("cannot start the agent for {}: {}", l.host.name, e.what()));
       break;

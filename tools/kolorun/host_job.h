@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "agent_protocol.h"
 #include "hosts.h"
 #include "spawn.h"
 
@@ -32,7 +33,7 @@ struct AgentLaunch {
   HostRanks host;
   std::string path;               // the program: ssh (or --rsh's), or this kolorun
   std::vector<std::string> argv;
-  std::string job_frame;          // the 'J' frame, written to its stdin first
+  JobSpec job;                    // sent as the 'J' frame, first
 };
 
 // What an elastic job's driver (elastic_driver.h) may do to a running job.
@@ -73,7 +74,11 @@ struct HostJobOptions {
 };
 
 // Starts the agents, runs the job to its end and returns kolorun's exit
-// code. Takes ownership of signal_fd (see signals.h).
+// code. Takes ownership of signal_fd (see signals.h). When one agent has
+// job.choose_master (agent_protocol.h), the others' jobs are sent once it has
+// reported MASTER_ADDR and MASTER_PORT, with both added to their ranks'
+// variables; an agent that reports nothing within the silence limit after
+// its hello fails the job.
 int run_host_job(const std::vector<AgentLaunch>& agents, int signal_fd, const HostJobOptions& opts);
 
 }  // namespace kolorun

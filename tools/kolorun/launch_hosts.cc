@@ -22,6 +22,7 @@
 #include "shm_sweep.h"
 #include "signals.h"
 #include "spawn.h"
+#include "torchrun_env.h"
 #include "core/config.h"
 
 namespace kolorun {
@@ -47,7 +48,7 @@ AgentLaunch agent_launch(const Options& o, const AgentBase& base, const HostRank
   spec.ranks = std::move(ranks);
   AgentLaunch l;
   l.host = h;
-  l.job_frame = encode_frame('J', encode_job(spec));
+  l.job = std::move(spec);
   if (h.local) {
     l.path = base.self;
     l.argv = {base.self, kAgentFlag};
@@ -156,12 +157,27 @@ int run_hosts(const Options& o) {
   }
   const AgentBase base{rsh, self, cwd, silence_s};
   std::vector<AgentLaunch> launches;
-  for (const auto& h : hosts) {
+  const int nhosts = static_cast<int>(hosts.size());
+  for (int host = 0; host < nhosts; ++host) {
+    const HostRanks& h = hosts[host];
     std::vector<RankEnv> ranks;
     const int local_size = static_cast<int>(h.ranks.size());
-    for (int i = 0; i < local_size; ++i)
-      ranks.push_back({h.ranks[i], kolo_variables(h.ranks[i], o.np, i, local_size, job, o.network_interface)});
-    launches.push_back(agent_launch(o, base, h, std::move(ranks)));
+    for (int i = 0; i < local_size; ++i) {
+      const int rank = h.ranks[i];
+      RankEnv r{rank, kolo_variables(rank, o.np, i, local_size, job, o.network_interface)};
+      const auto torchrun = torchrun_variables({rank, o.np, i, local_size, host, nhosts}, job.job_id);
+      r.env.insert(r.env.end(), torchrun.begin(), torchrun.end());
+      ranks.push_back(std::move(r));
+    }
+    AgentLaunch l = agent_launch(o, base, h, std::move(ranks));
+    if (h.ranks.front() == 0) {
+      // torchrun's MASTER_ADDR: loopback when the job has one host, else the
+      // address of this host that the others reach (host_job.h).
+      l.job.choose_master = true;
+      l.job.master_iface = nhosts == 1 ? "" : o.network_interface;
+      l.job.master_peer = nhosts == 1 ? "127.0.0.1" : advertise;
+    }
+    launches.push_back(std::move(l));
   }
   const int code = run_host_job(launches, signal_fd, hj);
   if (any_local) {

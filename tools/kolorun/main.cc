@@ -8,7 +8,8 @@
 // exit 2 before anything starts), block the job's signals, start the
 // rendezvous store the ranks meet at, start the ranks, supervise them until
 // the job ends. See supervisor.h for teardown and exit codes, spawn.h for what
-// each rank process is promised, rank_env.h for what it is told.
+// each rank process is promised, rank_env.h and torchrun_env.h for what it
+// is told.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #include "signals.h"
 #include "spawn.h"
 #include "supervisor.h"
+#include "torchrun_env.h"
 
 namespace {
 
@@ -68,6 +70,15 @@ int run(const Options& o) {
     return 1;
   }
 
+  std::vector<std::string> master;  // torchrun's MASTER_ADDR/MASTER_PORT: rank 0 is on this host
+  try {
+    master = master_variables("127.0.0.1", free_master_port());
+  } catch (const std::exception& e) {
+    say(fmt::format("cannot choose MASTER_PORT for the job: {}", e.what()));
+    ::close(signal_fd);
+    return 1;
+  }
+
   const SupervisorOptions sup{o.tag_output, o.timeout_s, o.grace_s};
   std::vector<RankProcess> ranks;
   for (int r = 0; r < o.np; ++r) {
@@ -78,6 +89,9 @@ int run(const Options& o) {
     std::vector<std::string> vars = o.env;  // -x first: kolorun's own variables win
     const auto kolo = kolo_variables(r, o.np, r, o.np, job, "");
     vars.insert(vars.end(), kolo.begin(), kolo.end());
+    const auto torchrun = torchrun_variables({r, o.np, r, o.np, 0, 1}, job.job_id);
+    vars.insert(vars.end(), torchrun.begin(), torchrun.end());
+    vars.insert(vars.end(), master.begin(), master.end());
     spec.env = environment_with(vars);
     if (!files.empty()) {
       spec.stdout_file = files[2 * r];

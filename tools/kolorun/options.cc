@@ -37,6 +37,18 @@ variables added to kolorun's environment:
   KOLO_SECRET        32 hex digits from /dev/urandom, the job's shared secret
   KOLO_IFACE         the --network-interface value, when given
   KOLO_TIMELINE      the --timeline-filename file (absolute), when given
+  torchrun's, so that a program written for torchrun runs unchanged (torch's
+  env://, Lightning, Accelerate); kolo itself reads the KOLO_* ones:
+  RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE  as the KOLO_* above
+  GROUP_RANK, GROUP_WORLD_SIZE  its host's index in the job, the hosts
+  ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME  RANK, WORLD_SIZE, "default"
+  TORCHELASTIC_RUN_ID  KOLO_JOB_ID (Lightning detects a launched job by it)
+  TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS  0
+  TORCHELASTIC_USE_AGENT_STORE  False
+  MASTER_ADDR, MASTER_PORT  a port free on rank 0's host at the start (from
+                     KOLO_PORT_RANGE when set), for rank 0's TCPStore; at the
+                     address the other hosts reach (127.0.0.1 on one host)
+  (an elastic job's workers get none of them: their rank changes)
   and each -x variable. Every other KOLO_* variable of kolorun's environment
   (kolo's settings: KOLO_TRANSPORT, KOLO_HIERARCHICAL, ...; not KOLO_HOSTNAME)
   reaches every rank, on other hosts too; ranks whose settings that must agree

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "torchrun_env.h"
+
 extern char** environ;
 
 namespace kolorun {
@@ -63,6 +65,9 @@ std::vector<std::string> elastic_variables(const std::string& worker_id, const J
       "KOLO_ELASTIC_TIMEOUT_MS=" + std::to_string(static_cast<long long>(elastic_timeout_s * 1000)),
   };
   if (!iface.empty()) v.push_back("KOLO_IFACE=" + iface);
+  // No torchrun variables (torchrun_env.h says why): those of an outer job go.
+  const auto removed = torchrun_removals();
+  v.insert(v.end(), removed.begin(), removed.end());
   return v;
 }
 
@@ -83,12 +88,16 @@ std::vector<std::string> kolo_settings() {
 
 std::vector<std::string> environment_with(const std::vector<std::string>& overrides) {
   std::map<std::string, std::string> vars;
-  auto put = [&vars](const std::string& kv) {
-    auto eq = kv.find('=');
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
     if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
-  };
-  for (char** e = environ; *e != nullptr; ++e) put(*e);
-  for (const auto& kv : overrides) put(kv);
+  }
+  for (const auto& kv : overrides) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) vars.erase(kv);  // a bare name removes the variable
+    else vars[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
   std::vector<std::string> out;
   out.reserve(vars.size());
   for (auto& [k, v] : vars) out.push_back(k + "=" + v);

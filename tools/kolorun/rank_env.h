@@ -24,7 +24,8 @@ std::vector<std::string> kolo_variables(int rank, int size, int local_rank, int 
                                         const JobIdentity& job, const std::string& iface);
 
 // An elastic job's worker (elastic_driver.h): its id instead of a rank (it
-// learns rank and size from the store), and how long it waits there.
+// learns rank and size from the store), and how long it waits there; torchrun's
+// variables inherited from an outer job are removed (torchrun_env.h).
 std::vector<std::string> elastic_variables(const std::string& worker_id, const JobIdentity& job,
                                            const std::string& iface, double elastic_timeout_s);
 
@@ -37,7 +38,8 @@ std::vector<std::string> kolo_settings();
 
 // This process's environment with `overrides` ("NAME=value") replacing or
 // adding variables of those names (a KOLO_RANK inherited from an outer job,
-// kolorun started from inside a rank, is replaced rather than duplicated).
+// kolorun started from inside a rank, is replaced rather than duplicated); a
+// bare "NAME" removes that variable.
 std::vector<std::string> environment_with(const std::vector<std::string>& overrides);
 
 }  // namespace kolorun

@@ -2,8 +2,8 @@
 
 ``import kolo.torch`` registers it; after that an unchanged DDP program runs on
 kolo with ``dist.init_process_group("kolo")`` — through ``env://`` with
-MASTER_ADDR/MASTER_PORT (torchrun style), or with no MASTER_* variables at all
-under kolorun, mpirun or srun (kolo's own discovery; see
+MASTER_ADDR/MASTER_PORT (torchrun, or kolorun, which sets them), or with no
+MASTER_* variables at all under mpirun or srun (kolo's own discovery; see
 process_group_rendezvous.py). The group shares its communicator with
 ``kolo.torch``'s Horovod API, so both may be used in one program (their
 collectives then share one order, as every collective on a communicator does).

@@ -5,15 +5,16 @@ Two ways in, both ending with one kolo communicator (kolo.basics, shared with
 
 1. torch's own rendezvous ran (``env://`` with MASTER_ADDR/MASTER_PORT,
    ``tcp://``, ``file://`` or an explicit ``store=``): torch's store exists
-   and rank 0 hosts it. Under kolorun (KOLO_*), real torchrun
+   and rank 0 hosts it. Under kolorun (KOLO_*; kolorun sets MASTER_ADDR and
+   MASTER_PORT too, on a port free on rank 0's host), real torchrun
    (TORCHELASTIC_RUN_ID: kolo's store takes MASTER_PORT+1) or with
    KOLO_STORE_ADDR, kolo's discovery already knows where its own store is.
    Otherwise torch's TCPStore holds MASTER_PORT, so rank 0 picks a free port
    for kolo's store and announces it, with a random job secret, through
    torch's store; every rank then runs kolo's init with torchrun-style
    variables (RANK, WORLD_SIZE, KOLO_STORE_ADDR) set for that call only.
-2. ``env://`` without MASTER_ADDR and MASTER_PORT — under kolorun, mpirun,
-   srun, or one plain process — where torch's handler would stop with
+2. ``env://`` without MASTER_ADDR and MASTER_PORT — under mpirun, srun, or
+   one plain process — where torch's handler would stop with
    "environment variable MASTER_ADDR expected". ``install_env_handler()``
    wraps torch's env:// handler: kolo's init discovers rank and size, rank 0
    starts a TCPStore on a free port and broadcasts its address with kolo, and
@@ -154,6 +155,27 @@ def _kolo_env_rendezvous(url, timeout):
     raise RuntimeError("kolo: env:// cannot rendezvous again (re-rendezvous is not supported)")
 
 
+def _port_taken_explained(rendezvous):
+    """torch's env:// rendezvous, whose store rank 0 hosts on MASTER_PORT. Under
+    kolorun that port was free on this host when the job started, so a rank 0
+    that cannot bind it almost always has a twin: a second process started with
+    rank 0 by a program that starts its own workers (its other ranks' twins get
+    kolo's "already taken" at init). Says so instead of torch's bare EADDRINUSE."""
+    try:
+        first = next(rendezvous)
+    except RuntimeError as e:
+        if not os.environ.get("KOLO_RANK") or "address already in use" not in str(e).lower():
+            raise
+        raise RuntimeError(
+            f"kolo rank {os.environ['KOLO_RANK']}: torch's store cannot listen on MASTER_PORT="
+            f"{os.environ.get('MASTER_PORT')}, which kolorun found free on this host: another process took it, "
+            "most likely a second process with this rank — does the program start its own workers under "
+            "kolorun (torch.multiprocessing.spawn, Lightning's strategy \"ddp_spawn\")? Let kolorun start "
+            f"every rank: in Lightning, strategy \"ddp\" or \"ddp_kolo\" ({e})") from e
+    yield first
+    yield from rendezvous
+
+
 def install_env_handler():
     """Wraps torch's env:// handler so that it works without MASTER_ADDR/MASTER_PORT."""
     # importlib: the attribute torch.distributed.rendezvous is the function.
@@ -164,7 +186,7 @@ def install_env_handler():
 
     def env_handler(url, timeout=default_pg_timeout, **kwargs):
         if os.environ.get("MASTER_ADDR") or os.environ.get("MASTER_PORT"):
-            return torch_env(url, timeout=timeout, **kwargs)
+            return _port_taken_explained(torch_env(url, timeout=timeout, **kwargs))
         return _kolo_env_rendezvous(url, timeout)
 
     env_handler._kolo = True

@@ -20,7 +20,8 @@
           once, a pair {0, N-1} that rank 1 is outside of, results against
           references, then (last) a mismatch inside a group, named there
 
-Started by kolorun (no MASTER_* variables), launch_torch.sh (env://) or mpirun.
+Started by kolorun (torchrun's variables, MASTER_* among them), torchrun-style
+variables (launch.run_torchrun_style) or mpirun (no MASTER_* variables).
 """
 import math
 import os

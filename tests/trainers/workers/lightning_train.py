@@ -1,12 +1,14 @@
 """One Lightning job (lightning_model.py): fit, checkpoint, test; each rank writes what it saw.
 
   lightning_train.py OUT --strategy kolo|ddp_kolo|gloo [--plugin] [--devices N] [--num-nodes N]
-                         [--kolo-init-first]
+                         [--kolo-init-first] [--spawn]
 
 --strategy kolo: DDPStrategy(process_group_backend="kolo"); ddp_kolo: the
 name kolo.lightning registers; gloo: DDPStrategy on gloo. --plugin passes
 plugins=[KoloEnvironment()]. --kolo-init-first joins kolo (kolo.torch.init(),
-kolo's own discovery) before the Trainer exists. Started as a plain process
+kolo's own discovery) before the Trainer exists. --spawn makes --strategy kolo
+Lightning's "ddp_spawn" (DDPStrategy(start_method="spawn")), which starts
+workers of its own. Started as a plain process
 (Lightning launches the other ranks), under kolorun or under srun. Rank r writes
 OUT/rank<r>.pt (final weights) and OUT/rank<r>.json (who it was, the logged
 metrics, Trainer.test's results), the .json last.
@@ -34,12 +36,14 @@ def main():
     p.add_argument("--devices", type=int, default=2)
     p.add_argument("--num-nodes", type=int, default=1)
     p.add_argument("--kolo-init-first", action="store_true")
+    p.add_argument("--spawn", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)  # ranks share two cores
     pl.seed_everything(SEED)  # the first weights and the samplers' shuffling seed
     if a.kolo_init_first:
         kolo.torch.init()
-    strategy = "ddp_kolo" if a.strategy == "ddp_kolo" else DDPStrategy(process_group_backend=a.strategy)
+    strategy = ("ddp_kolo" if a.strategy == "ddp_kolo" else
+                DDPStrategy(process_group_backend=a.strategy, **({"start_method": "spawn"} if a.spawn else {})))
     trainer = pl.Trainer(accelerator="cpu", devices=a.devices, num_nodes=a.num_nodes, strategy=strategy,
                          plugins=[kolo.lightning.KoloEnvironment()] if a.plugin else None,
                          max_epochs=2, num_sanity_val_steps=0, logger=False, enable_progress_bar=False,
