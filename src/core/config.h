@@ -96,4 +96,11 @@ inline std::int64_t timeline_flush_ms() { return env_int("KOLO_TIMELINE_FLUSH_MS
 // How long rank 0 waits at the end for every rank's events (ms).
 inline std::int64_t timeline_merge_timeout_ms() { return env_int("KOLO_TIMELINE_MERGE_TIMEOUT_MS", 60000); }
 
+// --- testing ---------------------------------------------------------------
+// Every rendezvous store request of this process first sleeps this long (ms):
+// tests slow one rank down inside init() to open the windows between its
+// store requests that a loaded host opens by chance
+// (tests/failures/early_exit_test.sh). 0: no delay.
+inline std::int64_t test_store_delay_ms() { return env_int("KOLO_TEST_STORE_DELAY_MS", 0); }
+
 }  // namespace kolo::config

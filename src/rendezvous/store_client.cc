@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "rendezvous/store.h"
@@ -158,6 +159,8 @@ void StoreClient::Impl::recv_exact(char* p, std::size_t n, Clock::time_point dea
 }
 
 proto::Response StoreClient::Impl::call(const proto::Request& req, Millis timeout) {
+  static const Millis test_delay{config::test_store_delay_ms()};
+  if (test_delay.count() > 0) std::this_thread::sleep_for(test_delay);
   std::lock_guard<std::mutex> lock(mu);
   if (!fd.valid()) fail_io("lost connection to the rendezvous store at {}:{} (after an earlier error)", host, port);
   std::string frame;
