@@ -7,7 +7,7 @@
 // MODE
 //   init        the other ranks only finish init() and return: each prints
 //               "early_exit rank R of N: init ok". Run with the other ranks
-//               slowed inside init() (KOLO_TEST_STORE_DELAY_MS) to hit the
+//               slowed inside init() (KOLO_TEST_STORE_WAIT_DELAY_MS) to hit the
 //               window between their last store requests.
 //   collective  the other ranks then allreduce with the rank that left: each
 //               must get a kolo error (not a hang, not a result) and prints

@@ -8,9 +8,9 @@
 #
 #   early_exit_test.sh EARLY_EXIT_BINARY [RUNS]
 #
-# Rank 1 is slowed inside init() (KOLO_TEST_STORE_DELAY_MS before each of its
-# store requests), so that rank 0 leaves between rank 1's last two requests on
-# every run. Cases:
+# Rank 1 is slowed inside init() (KOLO_TEST_STORE_WAIT_DELAY_MS before each of
+# its store waits), so that rank 0 leaves between rank 1's last two requests
+# (its "ready" key and its wait for everyone's) on every run. Cases:
 #   - init under a real mpirun, 2 and 4 ranks, shm and tcp, RUNS runs each
 #     (default 20): every run must end with exit 0 and every rank's line, and
 #     rank 0 must say it kept the store up for rank 1 (the window was hit);
@@ -24,13 +24,13 @@
 set -u
 BIN=$1
 RUNS=${2:-20}
-DELAY_MS=${EARLY_EXIT_DELAY_MS:-200}
+DELAY_MS=${EARLY_EXIT_DELAY_MS:-300}
 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # The line rank 0 logs (KOLO_LOG=info) when it keeps the store up for peers.
-LINGER_LINE='kolo rank 0: info: rendezvous: .*keeps serving the store .*rank.? 1\b'
+LINGER_LINE='kolo rank 0: info: rendezvous: .*keeps serving the store until ranks? 1\b'
 
 # check NAME RC NP MODE: the run's verdict from $tmp/out and $tmp/err.
 check() {
@@ -67,7 +67,7 @@ mpirun_once() {
   KOLO_TRANSPORT=$transport KOLO_LOG=info KOLO_RENDEZVOUS_TIMEOUT_MS=60000 \
     timeout 240 mpirun --allow-run-as-root --oversubscribe -np "$np" \
       -x KOLO_TRANSPORT -x KOLO_LOG -x KOLO_RENDEZVOUS_TIMEOUT_MS "${pass[@]}" \
-      /bin/sh -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export KOLO_TEST_STORE_DELAY_MS='"$DELAY_MS"'; exec "$0" "$@"' \
+      /bin/sh -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export KOLO_TEST_STORE_WAIT_DELAY_MS='"$DELAY_MS"'; exec "$0" "$@"' \
       "$BIN" "$mode" "$@" > "$tmp/out" 2> "$tmp/err"
 }
 
@@ -79,7 +79,7 @@ vars_once() {
   for ((r = 0; r < np; r++)); do
     local delay=0
     [ "$r" = 1 ] && delay=$DELAY_MS
-    env $($vars "$r" "$np") KOLO_TEST_STORE_DELAY_MS=$delay KOLO_TRANSPORT="$transport" KOLO_LOG=info \
+    env $($vars "$r" "$np") KOLO_TEST_STORE_WAIT_DELAY_MS=$delay KOLO_TRANSPORT="$transport" KOLO_LOG=info \
       KOLO_RENDEZVOUS_TIMEOUT_MS=60000 timeout 240 "$BIN" "$mode" >> "$tmp/out" 2>> "$tmp/err" &
     pids+=($!)
   done
