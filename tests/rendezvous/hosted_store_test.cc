@@ -2,8 +2,12 @@
 // when its owner lets go, it serves the peers on and stops by itself once
 // only the host rank's own connections are left.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "core/error.h"
@@ -85,6 +89,26 @@ TEST(HostedStore, DroppedByItsOwnerItStaysUpForThePeer) {
   h.reset();
   peer->set("after", "1");
   EXPECT_EQ(peer->get("after", 1000ms), "1");
+}
+
+// A forked child (a data loader's worker) inherits the store but not its
+// thread: letting go of its copy, and its exit, must leave the parent's
+// store serving.
+TEST(HostedStore, AForkedChildLeavesTheParentsStoreAlone) {
+  HostedStore h = host_store(0, "127.0.0.1", 0, test::key());
+  auto peer = client_as(*h, 1);
+  std::fflush(nullptr);  // or the child prints gtest's buffered output again
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    h.reset();
+    std::exit(0);  // the wait at exit too
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  peer->set("k", "v");
+  EXPECT_EQ(peer->get("k", 1000ms), "v");
 }
 
 TEST(HostedStore, ClientNamesTheRankThatHostsALostStore) {
