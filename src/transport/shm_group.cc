@@ -222,12 +222,17 @@ void ShmGroup::check_peers(const char* what) {
 // that the peer is still alive.
 void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   Flag& f = flags_[peer];
+  // A peer publishes an epoch before it aborts, leaves or exits: seen after
+  // an older epoch, those may come from a peer that finished this step and
+  // went on (closed its communicator right after its last collective), so
+  // the epoch is read again before they count as a failure.
+  auto published = [&] { return f.epoch.load(std::memory_order_acquire) >= e; };
   auto check_aborted = [&] {
-    if (f.aborted.load(std::memory_order_acquire)) fail_aborted(peer, what);
+    if (f.aborted.load(std::memory_order_acquire) && !published()) fail_aborted(peer, what);
   };
   const int spins = overlaps_caller ? spins_.overlapped : spins_.blocking;
   for (int i = 0; i < spins; ++i) {
-    if (f.epoch.load(std::memory_order_acquire) >= e) return;
+    if (published()) return;
     if ((i & 255) == 0) check_aborted();
     _mm_pause();
   }
@@ -250,11 +255,11 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
       syscall(SYS_futex, futex_word(f.epoch), FUTEX_WAIT, static_cast<std::uint32_t>(seen), &tick,
               nullptr, 0);
     f.sleepers.fetch_sub(1, std::memory_order_relaxed);
-    if (f.epoch.load(std::memory_order_acquire) >= e) return;
+    if (published()) return;
     check_aborted();
 
     pid_t pid = f.pid.load(std::memory_order_relaxed);
-    if (pid > 0 && peer_exited(peer, pid))
+    if (pid > 0 && peer_exited(peer, pid) && !published())
       fail_io("{}: {} (pid {}) died", what, members_.name(peer), pid);
     const auto now = Clock::now();
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
