@@ -75,6 +75,15 @@ inline std::int64_t stall_warn_ms() { return env_int("KOLO_STALL_WARN_MS", 60000
 inline std::int64_t peer_timeout_ms() { return env_int("KOLO_PEER_TIMEOUT_MS", 10000); }
 // Longest init() waits for all ranks to arrive at the rendezvous (ms).
 inline std::int64_t rendezvous_timeout_ms() { return env_int("KOLO_RENDEZVOUS_TIMEOUT_MS", 120000); }
+// How long a rank that hosts the rendezvous store for its peers (rank 0
+// under mpirun, torchrun-style variables and Slurm; kolorun hosts its own)
+// waits at exit for those still connected to it (ms): a peer may still be
+// inside init() or reporting a failure (rendezvous/hosted_store.h). Under
+// these launchers the job ends when its last rank does, so the wait costs no
+// wall time while peers run. The default, the rendezvous timeout, lets a peer
+// that waits for this rank in a rendezvous end with its own timeout error
+// rather than a lost store. 0: stop the store at exit at once.
+inline std::int64_t store_linger_ms() { return env_int("KOLO_STORE_LINGER_MS", rendezvous_timeout_ms()); }
 // Elastic jobs (kolorun --min-np): longest init() waits for kolorun to list
 // this worker in a new generation (ms); kolorun --elastic-timeout sets it.
 inline std::int64_t elastic_timeout_ms() { return env_int("KOLO_ELASTIC_TIMEOUT_MS", 600000); }
@@ -103,5 +112,12 @@ inline std::string timeline_path() { return env_str("KOLO_TIMELINE", ""); }
 inline std::int64_t timeline_flush_ms() { return env_int("KOLO_TIMELINE_FLUSH_MS", 1000); }
 // How long rank 0 waits at the end for every rank's events (ms).
 inline std::int64_t timeline_merge_timeout_ms() { return env_int("KOLO_TIMELINE_MERGE_TIMEOUT_MS", 60000); }
+
+// --- testing ---------------------------------------------------------------
+// Every wait of this process for other ranks' keys in the rendezvous store
+// (StoreClient::wait: init()'s barriers) first sleeps this long (ms): tests
+// slow one rank down inside init(), between its last requests, as a loaded
+// host does by chance (tests/failures/early_exit_test.sh). 0: no delay.
+inline std::int64_t test_store_wait_delay_ms() { return env_int("KOLO_TEST_STORE_WAIT_DELAY_MS", 0); }
 
 }  // namespace kolo::config

@@ -38,6 +38,7 @@
 #include "core/rejected.h"
 #include "engine/engine.h"
 #include "engine/timeline.h"
+#include "rendezvous/hosted_store.h"
 #include "rendezvous/store.h"
 #include "transport/gpu.h"
 
@@ -53,7 +54,11 @@ struct Context {
   int local_size = 1;
   int cross_rank = 0;  // this rank's host, hosts numbered by their lowest rank
   int cross_size = 1;  // hosts in the job
-  std::unique_ptr<rdv::StoreServer> hosted_store;  // rank 0's, when no launcher hosts one
+  // Rank 0's, when no launcher hosts one. Declared before the store client,
+  // the backend and the engine: when the communicator goes it is retired
+  // (rendezvous/hosted_store.h) after this rank's transport has closed, so
+  // that a peer waiting on this rank in a collective fails rather than holds it.
+  rdv::HostedStore hosted_store;
   std::unique_ptr<rdv::StoreClient> store;
   std::unique_ptr<collectives::Backend> backend;
   // The data plane of collectives on CUDA memory, made at the first one. Its

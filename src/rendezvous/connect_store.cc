@@ -97,11 +97,11 @@ auth::Key file_key(const Discovery& d, const std::string& token) {
   return auth::Key::from_secret(d.secret.empty() ? token : d.secret);
 }
 
-std::unique_ptr<StoreClient> host_via_file(const Discovery& d, std::unique_ptr<StoreServer>& hosted,
+std::unique_ptr<StoreClient> host_via_file(const Discovery& d, HostedStore& hosted,
                                            const std::string& path, Millis timeout) {
   const std::string token = auth::random_secret();
   const auth::Key key = file_key(d, token);
-  hosted = std::make_unique<StoreServer>("127.0.0.1", 0, key);
+  hosted = host_store(d.rank, "127.0.0.1", 0, key);
   auto client = std::make_unique<StoreClient>("127.0.0.1", hosted->port(), timeout, key, identity(d));
   client->set(kTokenKey, token);
   publish(path, fmt::format("127.0.0.1:{} {}", hosted->port(), token));
@@ -164,12 +164,10 @@ std::unique_ptr<StoreClient> join_via_file(const Discovery& d, const std::string
 }  // namespace
 
 namespace {
-std::unique_ptr<StoreServer> named_store;  // see connect_store()
-}  // namespace
 
-const StoreServer* named_port_store() { return named_store.get(); }
+HostedStore named_store;  // see reach_store()
 
-std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<StoreServer>& hosted) {
+std::unique_ptr<StoreClient> reach_store(const Discovery& d, HostedStore& hosted) {
   const Millis timeout{config::rendezvous_timeout_ms()};
   if (!d.store_host.empty()) {
     // Bound to every interface: the other ranks come from other hosts.
@@ -179,9 +177,10 @@ std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<S
       // shutdown): the other ranks cannot tell a store on this port closing
       // from one opening, and one that reconnected first would have joined
       // the old store. Communicators keep apart by key prefix (kolo/comm<n>).
+      // At exit it is retired like the others (hosted_store.h).
       if (!named_store || named_store->port() != d.store_port) {
         named_store.reset();
-        named_store = std::make_unique<StoreServer>("0.0.0.0", d.store_port, key);
+        named_store = host_store(d.rank, "0.0.0.0", d.store_port, key);
       }
     }
     return std::make_unique<StoreClient>(d.store_host, d.store_port, timeout, key, identity(d));
@@ -191,11 +190,21 @@ std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<S
   if (d.size == 1) {
     // Nobody else needs to reach this store: a random key keeps everyone out.
     const auth::Key key = auth::Key::random();
-    hosted = std::make_unique<StoreServer>("127.0.0.1", 0, key);
+    hosted = host_store(d.rank, "127.0.0.1", 0, key);
     return std::make_unique<StoreClient>("127.0.0.1", hosted->port(), timeout, key, identity(d));
   }
   const std::string path = rendezvous_file(d);
   return d.rank == 0 ? host_via_file(d, hosted, path, timeout) : join_via_file(d, path, timeout);
+}
+
+}  // namespace
+
+const StoreServer* named_port_store() { return named_store.get(); }
+
+std::unique_ptr<StoreClient> connect_store(const Discovery& d, HostedStore& hosted) {
+  auto client = reach_store(d, hosted);
+  if (d.rank0_hosts_store) client->set_host("rank 0");
+  return client;
 }
 
 }  // namespace kolo::rdv

@@ -34,6 +34,7 @@
 #include <memory>
 #include <string>
 
+#include "rendezvous/hosted_store.h"
 #include "rendezvous/store.h"
 
 namespace kolo::rdv {
@@ -68,10 +69,11 @@ Env current_environment();
 std::string first_slurm_host(const std::string& nodelist);
 
 // Connects to (and on rank 0, when rank0_hosts_store, first starts) the store.
-// `hosted` receives the server rank 0 starts; keep it alive for the job. A
-// store on a named port (torchrun's MASTER_PORT) is not handed out: it stays
-// for the life of the process and serves every later init() (named_port_store()).
-std::unique_ptr<StoreClient> connect_store(const Discovery& d, std::unique_ptr<StoreServer>& hosted);
+// `hosted` receives the server rank 0 starts; keep it alive for the job (it
+// outlives its owner for the peers: hosted_store.h). A store on a named port
+// (torchrun's MASTER_PORT) is not handed out: it stays for the life of the
+// process and serves every later init() (named_port_store()).
+std::unique_ptr<StoreClient> connect_store(const Discovery& d, HostedStore& hosted);
 const StoreServer* named_port_store();
 
 }  // namespace kolo::rdv

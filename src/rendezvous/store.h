@@ -41,6 +41,18 @@ class StoreServer {
   int port() const;
   void stop();
 
+  // For a store that a rank hosts for its peers (rendezvous/hosted_store.h):
+  // from now on the server stops by itself as soon as no connection is left
+  // but those of host_rank itself (its other communicators, the timeline).
+  void retire(int host_rank);
+  // After retire(): waits until the server has stopped or until `deadline`.
+  // False at the deadline, with who still holds a connection in *holders
+  // ("rank 1", "ranks 1, 3").
+  bool wait_retired(std::chrono::steady_clock::time_point deadline, std::string* holders);
+  // Inherited through fork(): the copy has no server thread, so it is
+  // neither stopped nor waited for (its destructor frees nothing).
+  bool forked_copy() const;
+
  private:
   void start(const std::string& bind_host, int port, const auth::Key* key);
   struct Impl;
@@ -83,6 +95,11 @@ class StoreClient {
   // communicator gets its own, so that its setup and failure reports never
   // queue behind another communicator's waits on this one.
   std::unique_ptr<StoreClient> connect_again(Millis connect_timeout, const auth::Identity& me) const;
+
+  // Who hosts the store ("rank 0"), named when the connection is lost: a
+  // rank that hosts the store keeps it up until its peers are done
+  // (hosted_store.h), so losing it means that rank crashed or was killed.
+  void set_host(const std::string& who);
 
  private:
   struct Impl;

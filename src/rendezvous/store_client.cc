@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "rendezvous/store.h"
@@ -47,6 +48,7 @@ struct StoreClient::Impl {
   Fd fd;
   std::mutex mu;
   std::optional<auth::Key> key;  // always set once constructed
+  std::string host_rank;         // set_host(); empty: a launcher's store
 
   proto::Response call(const proto::Request& req, Millis timeout);
   void send_all(const std::string& bytes);
@@ -116,12 +118,17 @@ StoreClient::StoreClient(const std::string& host, int port, Millis connect_timeo
 StoreClient::~StoreClient() = default;
 
 std::unique_ptr<StoreClient> StoreClient::connect_again(Millis connect_timeout, const auth::Identity& me) const {
-  return std::make_unique<StoreClient>(impl_->host, impl_->port, connect_timeout, *impl_->key, me);
+  auto c = std::make_unique<StoreClient>(impl_->host, impl_->port, connect_timeout, *impl_->key, me);
+  c->impl_->host_rank = impl_->host_rank;
+  return c;
 }
+
+void StoreClient::set_host(const std::string& who) { impl_->host_rank = who; }
 
 void StoreClient::Impl::lost(const std::string& why) {
   fd.reset();  // the stream is out of step now: no later request may use it
-  fail_io("lost connection to the rendezvous store at {}:{} ({})", host, port, why);
+  fail_io("lost connection to the rendezvous store at {}:{} ({}){}", host, port, why,
+          host_rank.empty() ? "" : fmt::format("; {} hosts it: did {} crash or get killed?", host_rank, host_rank));
 }
 
 void StoreClient::Impl::send_all(const std::string& bytes) {
@@ -203,6 +210,8 @@ std::int64_t StoreClient::add(const std::string& key, std::int64_t delta) {
 }
 
 void StoreClient::wait(const std::vector<std::string>& keys, Millis timeout) {
+  static const Millis test_delay{config::test_store_wait_delay_ms()};
+  if (test_delay.count() > 0) std::this_thread::sleep_for(test_delay);
   impl_->call({proto::Op::Wait, keys, {}, timeout.count()}, timeout);
 }
 

@@ -23,6 +23,12 @@
 // holds the job's key. A wrong answer, bytes that cannot begin one, or no
 // answer within auth::kAnswerTimeout close the connection with a warning
 // naming the peer; everyone else is served on.
+//
+// Retired (a store a rank hosted for a communicator that is gone, see
+// hosted_store.h): the loop serves on as before and, after each pass, lists
+// who still holds a connection besides the host rank itself; when nobody
+// does, it closes what is left and ends. That list and the end are the only
+// state shared with other threads (retire_mu).
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -32,9 +38,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -103,10 +111,20 @@ struct StoreServer::Impl {
 
   std::optional<auth::Key> key;  // none: the transitional open store
   Fd listener;
-  Fd wake;  // eventfd: stop() writes it to get the thread out of poll()
+  Fd wake;  // eventfd: stop() and retire() write it to get the thread out of poll()
   int port = 0;
   std::atomic<bool> stopping{false};
   std::thread thread;
+  const pid_t owner = ::getpid();  // a forked copy has no thread
+
+  // Retirement: host_rank is written before `retired` is set.
+  int host_rank = -1;
+  std::atomic<bool> retired{false};
+  bool told_holders = false;  // the loop logged who it serves on for
+  std::mutex retire_mu;
+  std::condition_variable retire_cv;
+  bool ended = false;    // the loop has returned (retire_mu)
+  std::string holders;   // who still held a connection after the last pass (retire_mu)
 
   std::unordered_map<std::string, std::string> data;
   std::map<ConnId, Conn> conns;
@@ -120,6 +138,7 @@ struct StoreServer::Impl {
   Clock::time_point accept_paused_until{};
 
   void run();
+  void loop();
   int poll_timeout_ms(Clock::time_point now) const;
   void accept_all();
   void on_readable(ConnId id);
@@ -136,6 +155,8 @@ struct StoreServer::Impl {
   void unpark(ConnId id);
   void answer(ConnId id, const Parked& p);
   void expire(Clock::time_point now);
+  bool done_when_retired();
+  void end();
 };
 
 StoreServer::StoreServer(const std::string& bind_host, int port, const auth::Key& key)
@@ -159,7 +180,32 @@ void StoreServer::start(const std::string& bind_host, int port, const auth::Key*
         "client in", bind_host, impl_->port);
 }
 
-StoreServer::~StoreServer() { stop(); }
+StoreServer::~StoreServer() {
+  // A forked child's copy: its thread is the parent's, and its sockets (shared
+  // with the parent) close when the child ends.
+  if (forked_copy()) {
+    (void)impl_.release();
+    return;
+  }
+  stop();
+}
+
+bool StoreServer::forked_copy() const { return impl_->owner != ::getpid(); }
+
+void StoreServer::retire(int host_rank) {
+  if (!impl_->thread.joinable() || impl_->retired) return;
+  impl_->host_rank = host_rank;
+  impl_->retired = true;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(impl_->wake.get(), &one, sizeof one);
+}
+
+bool StoreServer::wait_retired(std::chrono::steady_clock::time_point deadline, std::string* holders) {
+  std::unique_lock lk(impl_->retire_mu);
+  if (impl_->retire_cv.wait_until(lk, deadline, [&] { return impl_->ended; })) return true;
+  if (holders) *holders = impl_->holders;
+  return false;
+}
 
 int StoreServer::port() const { return impl_->port; }
 
@@ -174,7 +220,48 @@ void StoreServer::stop() {
   impl_->listener.reset();
 }
 
+void StoreServer::Impl::end() {
+  std::lock_guard lk(retire_mu);
+  ended = true;
+  retire_cv.notify_all();
+}
+
+// After a pass of a retired store's loop: true when only the host rank's own
+// connections are left (closed then); otherwise publishes who holds one.
+bool StoreServer::Impl::done_when_retired() {
+  std::set<int> ranks;
+  std::vector<std::string> others;
+  for (auto& [id, c] : conns) {
+    if (c.closed) continue;
+    if (!c.authed) others.push_back(fmt::format("a client at {} (authenticating)", c.peer));
+    else if (c.who.rank < 0) others.push_back(fmt::format("a client at {}", c.peer));
+    else if (c.who.rank != host_rank) ranks.insert(c.who.rank);
+  }
+  if (ranks.empty() && others.empty()) {
+    log(LogLevel::Debug, "rendezvous: no other rank holds the store on port {} any more: it stops", port);
+    conns.clear();
+    return true;
+  }
+  std::string text;
+  if (!ranks.empty()) text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (int r : ranks) text += fmt::format("{}{}", r == *ranks.begin() ? "" : ", ", r);
+  for (const auto& o : others) text += (text.empty() ? "" : ", ") + o;
+  if (!told_holders) {
+    told_holders = true;
+    log(LogLevel::Info, "rendezvous: this rank is done with the store it hosts on port {}; it keeps serving "
+        "the store until {} {} done with it", port, text, ranks.size() + others.size() == 1 ? "is" : "are");
+  }
+  std::lock_guard lk(retire_mu);
+  holders = std::move(text);
+  return false;
+}
+
 void StoreServer::Impl::run() {
+  loop();
+  end();
+}
+
+void StoreServer::Impl::loop() {
   std::vector<pollfd> fds;
   std::vector<ConnId> ids;  // ids[i] is the connection of fds[i + 2]
   while (!stopping) {
@@ -195,6 +282,10 @@ void StoreServer::Impl::run() {
       return;
     }
     if (stopping) return;
+    if (fds[0].revents & POLLIN) {
+      std::uint64_t woken;  // retire(): reset the eventfd, then check below
+      [[maybe_unused]] ssize_t got = ::read(wake.get(), &woken, sizeof woken);
+    }
     if (n > 0) {
       if (fds[1].revents & POLLIN) accept_all();
       for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -222,6 +313,7 @@ void StoreServer::Impl::run() {
       process(id);
     }
     std::erase_if(conns, [](const auto& kv) { return kv.second.closed; });
+    if (retired && done_when_retired()) return;
   }
 }
 

@@ -128,6 +128,12 @@ ShmGroup::ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std
 }
 
 ShmGroup::~ShmGroup() {
+  // Not from a forked child's copy: the parent still uses this rank's flag.
+  if (flags_ != nullptr && flags_[rank_].pid.load(std::memory_order_relaxed) == getpid()) {
+    std::int32_t none = 0;
+    flags_[rank_].aborted.compare_exchange_strong(none, kLeft, std::memory_order_seq_cst);
+    syscall(SYS_futex, futex_word(flags_[rank_].epoch), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  }
   if (base_ != nullptr && base_ != MAP_FAILED) munmap(base_, bytes_);
   for (int fd : pidfds_)
     if (fd >= 0) close(fd);
@@ -155,7 +161,7 @@ void ShmGroup::abort(const std::string& reason) {
   const std::size_t n = std::min(reason.size(), sizeof calls_[rank_].reason - 1);
   std::memcpy(text, reason.data(), n);
   text[n] = '\0';
-  f.aborted.store(1, std::memory_order_seq_cst);
+  f.aborted.store(kAborted, std::memory_order_seq_cst);
   syscall(SYS_futex, futex_word(f.epoch), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
@@ -192,6 +198,9 @@ void ShmGroup::check_fingerprints() {
 }
 
 void ShmGroup::fail_aborted(int peer, const char* what) {
+  if (flags_[peer].aborted.load(std::memory_order_acquire) == kLeft)
+    fail_io("{}: {} has closed this communicator (its program shut kolo down or is ending) while this "
+            "rank waited for it", what, members_.name(peer));
   std::string reason(calls_[peer].reason, strnlen(calls_[peer].reason, sizeof calls_[peer].reason));
   fail_io("{}: {} failed and left the collective{}{}", what, members_.name(peer), reason.empty() ? "" : ": ",
           reason);
@@ -213,12 +222,17 @@ void ShmGroup::check_peers(const char* what) {
 // that the peer is still alive.
 void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   Flag& f = flags_[peer];
+  // A peer publishes an epoch before it aborts, leaves or exits: seen after
+  // an older epoch, those may come from a peer that finished this step and
+  // went on (closed its communicator right after its last collective), so
+  // the epoch is read again before they count as a failure.
+  auto published = [&] { return f.epoch.load(std::memory_order_acquire) >= e; };
   auto check_aborted = [&] {
-    if (f.aborted.load(std::memory_order_acquire)) fail_aborted(peer, what);
+    if (f.aborted.load(std::memory_order_acquire) && !published()) fail_aborted(peer, what);
   };
   const int spins = overlaps_caller ? spins_.overlapped : spins_.blocking;
   for (int i = 0; i < spins; ++i) {
-    if (f.epoch.load(std::memory_order_acquire) >= e) return;
+    if (published()) return;
     if ((i & 255) == 0) check_aborted();
     _mm_pause();
   }
@@ -241,11 +255,11 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
       syscall(SYS_futex, futex_word(f.epoch), FUTEX_WAIT, static_cast<std::uint32_t>(seen), &tick,
               nullptr, 0);
     f.sleepers.fetch_sub(1, std::memory_order_relaxed);
-    if (f.epoch.load(std::memory_order_acquire) >= e) return;
+    if (published()) return;
     check_aborted();
 
     pid_t pid = f.pid.load(std::memory_order_relaxed);
-    if (pid > 0 && peer_exited(peer, pid))
+    if (pid > 0 && peer_exited(peer, pid) && !published())
       fail_io("{}: {} (pid {}) died", what, members_.name(peer), pid);
     const auto now = Clock::now();
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();

@@ -35,6 +35,9 @@ class ShmGroup {
   // job's ranks for messages (a sub-group has its own store prefix).
   ShmGroup(rdv::StoreClient& store, const std::string& prefix, const std::string& job_id, int rank,
            int size, Members members = {});
+  // Marks this rank as gone for the peers: one still waiting on it fails at
+  // once, even though this process lives on (it may host the store its peers
+  // still need: rendezvous/hosted_store.h), instead of at its timeout.
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
@@ -100,13 +103,15 @@ class ShmGroup {
     std::atomic<std::uint64_t> epoch;
     std::atomic<std::int32_t> sleepers;
     std::atomic<std::int32_t> pid;
-    std::atomic<std::int32_t> aborted;
+    std::atomic<std::int32_t> aborted;  // kAborted, kLeft, else 0
     std::atomic<std::uint64_t> digest[2];
   };
   struct alignas(128) Calls {
     Fingerprint fp[2];
     char reason[1024];  // why this rank aborted, written before `aborted` is set
   };
+  static constexpr std::int32_t kAborted = 1;  // failed: `reason` says why
+  static constexpr std::int32_t kLeft = 2;     // destroyed its group (closed its communicator)
   [[noreturn]] void fail_aborted(int peer, const char* what);
   void check_fingerprints();
   void wait_for(int peer, std::uint64_t e, const char* what);

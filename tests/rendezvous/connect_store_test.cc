@@ -26,7 +26,7 @@ std::string unique_job(const char* name) { return fmt::format("test-{}-{}", ::ge
 // Runs `size` ranks as threads; each connects, publishes a key and reads
 // every other rank's. Returns the servers rank 0 hosted (one at most).
 int run_ranks(Discovery base) {
-  std::vector<std::unique_ptr<StoreServer>> hosted(base.size);
+  std::vector<HostedStore> hosted(base.size);
   std::vector<std::unique_ptr<StoreClient>> clients(base.size);
   std::vector<std::string> errors(base.size);
   std::vector<std::thread> threads;
@@ -57,7 +57,7 @@ int run_ranks(Discovery base) {
 }
 
 TEST(ConnectStore, SingleProcessHostsItsOwnStore) {
-  std::unique_ptr<StoreServer> hosted;
+  HostedStore hosted;
   auto c = connect_store(discover({}), hosted);
   ASSERT_TRUE(hosted);
   c->set("k", "v");
@@ -134,13 +134,13 @@ TEST(ConnectStore, StaleFileOfAnotherStoreIsNotTrusted) {
   std::ofstream(path) << "127.0.0.1:" << other.port() << " not-this-job\n";
   std::thread rank1([&] {
     std::this_thread::sleep_for(100ms);
-    std::unique_ptr<StoreServer> none;
+    HostedStore none;
     Discovery r1 = d;
     r1.rank = 1;
     connect_store(r1, none)->set("from1", "x");
   });
   std::this_thread::sleep_for(300ms);  // rank 1 sees only the stale file meanwhile
-  std::unique_ptr<StoreServer> hosted;
+  HostedStore hosted;
   auto c = connect_store(d, hosted);
   EXPECT_EQ(c->get("from1", 5000ms), "x");
   rank1.join();
@@ -155,7 +155,7 @@ TEST(ConnectStore, RankWithoutRankZeroTimesOutWithAdvice) {
   d.rank = 1;
   d.job_id = unique_job("norank0");
   d.rank0_hosts_store = true;
-  std::unique_ptr<StoreServer> hosted;
+  HostedStore hosted;
   const std::string e = error_of([&] { connect_store(d, hosted); });
   EXPECT_NE(e.find("no store address from rank 0 in /tmp/kolo-rdv-" + d.job_id + " within 300 ms"),
             std::string::npos) << e;
@@ -168,7 +168,7 @@ TEST(ConnectStore, RankZeroNamesTheRanksThatNeverCameAndRemovesTheFile) {
   d.size = 3;
   d.job_id = unique_job("lonely");
   d.rank0_hosts_store = true;
-  std::unique_ptr<StoreServer> hosted;
+  HostedStore hosted;
   const std::string e = error_of([&] { connect_store(d, hosted); });
   EXPECT_NE(e.find("rendezvous: ranks 1, 2 did not reach the store"), std::string::npos) << e;
   EXPECT_NE(e.find("KOLO_STORE_ADDR"), std::string::npos) << e;
@@ -180,7 +180,7 @@ TEST(ConnectStore, LauncherHostedStoreWithoutAddressIsAnError) {
   d.source = "kolo";
   d.size = 2;
   d.rank0_hosts_store = false;
-  std::unique_ptr<StoreServer> hosted;
+  HostedStore hosted;
   const std::string e = error_of([&] { connect_store(d, hosted); });
   EXPECT_NE(e.find("gave no address (KOLO_STORE_ADDR)"), std::string::npos) << e;
 }
