@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages kolo needs: every one to build, test and
-# benchmark (all, the default), or only those the main job needs (main-job).
+# benchmark (all, the default), only those the main job needs (main-job), or
+# those the documentation site needs (docs).
 # Idempotent: does nothing when all are present. Runs apt-get as root (sudo if needed).
 set -euo pipefail
 
@@ -28,10 +29,19 @@ TESTS=(
   iproute2 util-linux iputils-ping openssh-server openssh-client iperf3  # emulated hosts
   munge slurmctld slurmd slurm-client                 # Slurm tests (two emulated nodes)
 )
+# What the documentation site needs (scripts/docs.sh): Sphinx with MyST Markdown
+# and the furo theme, Doxygen and Breathe for the C++ header, Chromium for the
+# screenshots (docs/tools/screenshots.sh), and what imports kolo for autodoc.
+DOCS=(
+  python3-sphinx python3-myst-parser furo             # the site: Markdown pages, theme
+  doxygen python3-breathe                             # the C++ API reference
+  pybind11-dev python3-dev python3-numpy python3-torch  # kolo._C and kolo.torch for autodoc
+)
 case ${1:-all} in
-  all) PACKAGES=("${MAIN_JOB[@]}" "${TESTS[@]}") ;;
+  all) PACKAGES=("${MAIN_JOB[@]}" "${TESTS[@]}" "${DOCS[@]}") ;;
   main-job) PACKAGES=("${MAIN_JOB[@]}") ;;
-  *) echo "usage: scripts/install-deps.sh [all | main-job]" >&2; exit 2 ;;
+  docs) PACKAGES=("${MAIN_JOB[@]}" "${DOCS[@]}") ;;
+  *) echo "usage: scripts/install-deps.sh [all | main-job | docs]" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -219,7 +219,7 @@ class Cache:
         return np.array(self._labels)
 
     def records(self):
-        """All records as one read-only (n, *shape) view (records lie at a
+        """All records as one read-only ``(n, *shape)`` view (records lie at a
         fixed 64-aligned stride when the spec has a shape)."""
         if not self.spec.shape:
             raise CacheError(f"cache '{self.path}': records differ in length (no shape); use record(i)")

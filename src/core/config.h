@@ -104,6 +104,7 @@ struct Setting {
 std::vector<Setting> job_wide_settings();
 
 // --- diagnostics -----------------------------------------------------------
+// What kolo logs to stderr: "error", "warn", "info" (e.g. each rank's NIC choice) or "debug".
 inline std::string log_level() { return env_str("KOLO_LOG", "warn"); }
 // The timeline file (Chrome trace) that init() starts recording to; empty: none.
 inline std::string timeline_path() { return env_str("KOLO_TIMELINE", ""); }

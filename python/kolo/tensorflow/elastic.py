@@ -72,7 +72,7 @@ class _VariablesState(ObjectState):
 
 
 class TensorFlowState(_VariablesState):
-    """Horovod's TensorFlowState(variables=None, session=None, **kwargs): a
+    """Horovod's ``TensorFlowState(variables=None, session=None, **kwargs)``: a
     list of tf.Variables, and plain values as attributes (``state.epoch``)."""
 
     def __init__(self, variables=None, session=None, **kwargs):
@@ -90,8 +90,8 @@ class TensorFlowState(_VariablesState):
 
 
 class TensorFlowKerasState(_VariablesState):
-    """Horovod's TensorFlowKerasState(model, optimizer=None, backend=None,
-    **kwargs): a built Keras model's variables and its optimizer's (the
+    """Horovod's ``TensorFlowKerasState(model, optimizer=None, backend=None,
+    **kwargs)``: a built Keras model's variables and its optimizer's (the
     optimizer given, else model.optimizer).
 
     A Keras 3 optimizer makes its slot variables when first applied; a worker

@@ -11,6 +11,9 @@ from kolo.tensorflow import (KoloError, init, shutdown, is_initialized, rank, si
                              broadcast_variables, broadcast_global_variables, ProcessSet,
                              add_process_set, remove_process_set, global_process_set)
 from kolo.tensorflow import HostsUpdatedInterrupt, HorovodInternalError  # noqa: F401
+from kolo.tensorflow import (start_timeline, stop_timeline, mpi_threads_supported,  # noqa: F401
+                             mpi_enabled, mpi_built, gloo_enabled, gloo_built, nccl_built,
+                             ddl_built, ccl_built, cuda_built, rocm_built)
 from kolo.tensorflow.keras import callbacks, elastic  # noqa: F401
 from kolo.tensorflow.keras.optimizer import DistributedOptimizer  # noqa: F401
 

@@ -21,7 +21,7 @@ from kolo.tensorflow.elastic import (HorovodInternalError, HostsUpdatedInterrupt
 
 
 class KerasState(TensorFlowKerasState):
-    """Horovod's KerasState(model, optimizer=None, **kwargs): the model's and
+    """Horovod's ``KerasState(model, optimizer=None, **kwargs)``: the model's and
     optimizer's variables (optimizer: else model.optimizer), plain values as
     attributes."""
 

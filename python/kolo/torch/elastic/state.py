@@ -60,7 +60,7 @@ def _handler(value):
 
 
 class TorchState(ObjectState):
-    """Horovod's TorchState(model=None, optimizer=None, **kwargs): every
+    """Horovod's ``TorchState(model=None, optimizer=None, **kwargs)``: every
     keyword argument becomes an attribute (``state.model``, ``state.epoch``)."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
