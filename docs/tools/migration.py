@@ -303,6 +303,8 @@ def horovod_page(api, kolo_side):
             what = "; ".join(x for x in (auto, note or "") if x)
             kind = hinfo["kind"]
             sig = signature_text(hinfo["params"]) if kind in ("function", "class") else ""
+            if kind == "class" and not hinfo["params"]:
+                sig = ""  # no __init__ of its own: nothing to show
             if len(sig) > 60:
                 sig = sig[:57] + "…)"
             what = what.replace("|", "\\|")
