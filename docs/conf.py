@@ -81,6 +81,42 @@ def _functions_and_classes_only(app, what, name, obj, skip, options):
     return None
 
 
+# The API pages must cover every public function and class of these modules:
+# a name the pages leave out is a warning, so the build (-W) fails.
+API_MODULES = ["kolo", "kolo.torch", "kolo.torch.elastic", "kolo.torch.process_group", "kolo.elastic",
+               "kolo.tensorflow", "kolo.tensorflow.elastic", "kolo.tensorflow.keras",
+               "kolo.tensorflow.keras.callbacks", "kolo.tensorflow.keras.elastic", "kolo.lightning",
+               "kolo.ray", "kolo.data_cache"]
+
+
+# The modules users import by name (their imported names are their API).
+FACADES = {"kolo", "kolo.torch", "kolo.torch.elastic", "kolo.tensorflow", "kolo.tensorflow.keras"}
+
+
+def _check_api_coverage(app, env):
+    import inspect
+
+    from sphinx.util import logging
+    log = logging.getLogger("kolo.api")
+    documented = {name.rsplit(".", 1)[-1] for name in env.domaindata["py"]["objects"]}
+    for modname in API_MODULES:
+        module = sys.modules.get(modname)  # imported by autodoc (with its mocks) when on a page
+        if module is None or modname not in env.domaindata["py"]["modules"]:
+            log.warning(f"API reference: module {modname} is on no page (docs/api/python.md)")
+            continue
+        for name, obj in vars(module).items():
+            if name.startswith("_") or not (inspect.isclass(obj) or inspect.isroutine(obj)):
+                continue
+            home = getattr(obj, "__module__", "") or ""
+            if not home.startswith("kolo"):
+                continue  # an import of torch's, TF's, the standard library's
+            if modname not in FACADES and home != modname:
+                continue  # a helper the module imports from another of kolo's
+            if name not in documented:
+                log.warning(f"API reference: {modname}.{name} is on no page (docs/api/python.md)")
+
+
 def setup(app):
+    app.connect("env-check-consistency", _check_api_coverage)
     app.connect("autodoc-process-docstring", _module_docstring_verbatim)
     app.connect("autodoc-skip-member", _functions_and_classes_only)
