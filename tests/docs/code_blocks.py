@@ -98,6 +98,32 @@ def check_annotations():
     return problems, runs
 
 
+def github_slug(heading):
+    """GitHub's anchor of a Markdown heading (what the README's links point at)."""
+    s = re.sub(r"[^\w\- ]", "", heading.replace("`", "").strip().lower())
+    return s.replace(" ", "-")
+
+
+def check_readme_links():
+    """The README is read on GitHub, not in the Sphinx site (whose build checks the pages'
+    links): each relative link must name a file that exists, and an #anchor one of its headings."""
+    problems = []
+    text = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        f = ROOT / path if path else ROOT / "README.md"
+        if not f.exists():
+            problems.append(f"README.md: the link {target} names a file that does not exist")
+        elif anchor and f.suffix == ".md":
+            slugs = {github_slug(line.lstrip("#")) for line in f.read_text().splitlines()
+                     if re.match(r"#+ ", line)}
+            if anchor not in slugs:
+                problems.append(f"README.md: the link {target}: {path} has no heading with that anchor")
+    return problems
+
+
 def extract_cxx(readme, out):
     found = [text for _, _, text, kind, value in blocks(pathlib.Path(readme))
              if kind == "run" and value == "cxx"]
@@ -154,6 +180,7 @@ def main():
     ap.add_argument("--tf-python", default="")
     args = ap.parse_args()
     problems, runs = check_annotations()
+    problems += check_readme_links()
     n = sum(1 for p in pages() for _ in blocks(p))
     if args.run:
         with tempfile.TemporaryDirectory(prefix="kolo-code-blocks.") as tmp:
