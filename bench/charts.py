@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Draws the README's performance charts from the committed results in bench/results/.
+"""Draws the benchmark page's charts (docs/benchmarks.md) from the committed results in bench/results/.
 
   /usr/bin/python3 bench/charts.py [--results bench/results] [--out docs/charts]
 
@@ -122,7 +122,7 @@ def size_bytes(s):
 
 
 def size_axis(ax, sizes):
-    """Log-2 size axis with ticks at the sizes the README's tables quote."""
+    """Log-2 size axis with ticks at the sizes the benchmark page's tables quote."""
     ax.set_xscale("log", base=2)
     quoted = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
     ax.set_xticks([q for q in quoted if min(sizes) <= q <= max(sizes)])
@@ -276,7 +276,7 @@ def training(results, out):
                 label = {"Gloo": "PyTorch Gloo (DDP / Lightning / FSDP2)", "kolo": "kolo",
                          "Horovod API": "kolo, Horovod API (kolo.torch)"}[s]
                 ax.bar(x, d[s], width * 0.95, color=COLOUR[s], label=label if g == 0 or s == "Horovod API" else None)
-                if s != "Gloo":  # the same-run ratio the README quotes
+                if s != "Gloo":  # the same-run ratio the benchmark page quotes
                     ax.annotate(f"{d[s] / d['Gloo']:.2f}×", (x, d[s]), ha="center", fontsize=6.5,
                                 textcoords="offset points", xytext=(0, 2))
             if "ceiling" in d:

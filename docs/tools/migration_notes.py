@@ -21,6 +21,9 @@ PROCESS_SET = ("a kolo process set is a list of global ranks; Horovod's `ranks_o
                "an mpi4py communicator, which kolo cannot use (no MPI inside kolo): pass "
                "`comm.Get_group()`'s ranks as a list")
 
+INIT = ("`init(comm=...)` (an mpi4py communicator or a list of ranks) is refused: kolo has no MPI "
+        "inside, and a job's ranks come from the launcher; `init(process_sets=...)` works as Horovod's")
+
 NOT_API = "an internal helper of Horovod that its module happens to import; no program needs it"
 
 HOROVOD_NOTES = {
@@ -36,6 +39,7 @@ HOROVOD_NOTES = {
         "broadcast_parameters": "`root_rank` defaults to 0 and `process_set=` is added after it: "
                                 "Horovod's calls work unchanged",
         "check_extension": NOT_API,
+        "init": INIT,
         "grouped_reducescatter": "`process_set` comes after `prescale_factor`/`postscale_factor` "
                                  "(Horovod: before them): pass it by keyword",
         "grouped_reducescatter_async": "`process_set` comes after `prescale_factor`/`postscale_factor` "
@@ -69,6 +73,7 @@ HOROVOD_NOTES = {
         "grouped_allreduce": "kolo's has no `name=` (matching is by call order); remove the argument",
         "grouped_reducescatter": "kolo adds `name=` and `ignore_name_scope=` (as its reducescatter): "
                                  "Horovod's calls work unchanged",
+        "init": INIT,
         "handle_average_backwards_compatibility": NOT_API + " (it maps the deprecated `average=`)",
         "is_homogeneous": "not provided: kolo's hierarchical collectives handle hosts with unequal "
                           "rank counts themselves; compare `local_size()` across ranks if needed",
@@ -89,6 +94,7 @@ HOROVOD_NOTES = {
         "broadcast": "kolo.tensorflow.keras's collectives are kolo.tensorflow's: the first parameter is "
                      "`tensor` (Horovod's Keras: `value`), and they return a `tf.Tensor`; pass it "
                      "positionally",
+        "init": INIT,
         "is_version_greater_equal_than": NOT_API,
         "load_model": "not provided: Keras 3 saves the wrapped optimizer's class; load with "
                       "`keras.models.load_model` and wrap its optimizer in "
