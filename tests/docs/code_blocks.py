@@ -5,6 +5,8 @@ why not. Each fenced block must follow an annotation comment:
   <!-- run: sh -->            this test runs the block with bash in the checkout
   <!-- run: cxx -->           CMake compiled the block (tests/docs/CMakeLists.txt);
                               this test checks it is today's text and runs it on 2 ranks
+                              (cxx and python blocks end by printing "rank R of N" on each rank:
+                              the test checks both ranks got there)
   <!-- run: python-np2 -->    this test runs it under kolorun -np 2 with Debian's torch
   <!-- run: python-tf-np2 --> the same with the TensorFlow environment's Python
   <!-- tested-by: FILE [(why)] -->  another test or CI runs it: every command of the
@@ -161,8 +163,8 @@ def run_block(where, kind, text, args, tmp):
     print("   " + "\n   ".join(out.strip().splitlines()[-4:]))
     if r.returncode != 0:
         return f"{where}: exit {r.returncode}:\n{out[-3000:]}"
-    if kind != "sh" and not (re.search(r"^\[0\] ", out, re.M) and re.search(r"^\[1\] ", out, re.M)):
-        return f"{where}: expected output from ranks 0 and 1, got:\n{out[-2000:]}"
+    if kind != "sh" and not all(re.search(rf"^\[{r}\] .*rank {r} of 2", out, re.M) for r in (0, 1)):
+        return f"{where}: expected each rank to print 'rank R of 2' (as the examples end), got:\n{out[-2000:]}"
     return None
 
 
@@ -178,6 +180,7 @@ def main():
     ap.add_argument("--cxx-example", help="the binary CMake built from the README's run: cxx block")
     ap.add_argument("--python", default="/usr/bin/python3")
     ap.add_argument("--tf-python", default="")
+    ap.add_argument("--only", help="run only the blocks of this page (e.g. README.md)")
     args = ap.parse_args()
     problems, runs = check_annotations()
     problems += check_readme_links()
@@ -185,6 +188,8 @@ def main():
     if args.run:
         with tempfile.TemporaryDirectory(prefix="kolo-code-blocks.") as tmp:
             for where, kind, text in runs:
+                if args.only and not where.startswith(args.only + ":"):
+                    continue
                 if kind == "cxx" and not args.cxx_example:
                     problems.append(f"{where}: needs --cxx-example")
                     continue
