@@ -13,9 +13,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh docs
 BUILD=${KOLO_BUILD_DIR:-build}
-# kolo._C for autodoc and the migration tables' introspection (an existing build
-# directory keeps its configuration).
-KOLO_BUILD_TARGETS=kolo_python scripts/build.sh
+# kolo._C for autodoc and the migration tables' introspection. An existing build
+# directory keeps its configuration (the tests' build, under ctest); a new one is
+# configured without tests, whose packages (GoogleTest, ...) the docs do not need.
+if [ -f "$BUILD/CMakeCache.txt" ]; then
+  KOLO_BUILD_TARGETS=kolo_python scripts/build.sh
+else
+  KOLO_BUILD_TARGETS=kolo_python scripts/build.sh -DKOLO_BUILD_TESTS=OFF
+fi
 OUT=$BUILD/docs
 mkdir -p "$OUT"
 export KOLO_DOCS_PYTHONPATH=$PWD/$BUILD/python
