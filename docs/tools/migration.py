@@ -279,7 +279,8 @@ def horovod_page(api, kolo_side):
         "(`inspect.signature`). **same**: kolo has the name with Horovod's parameters and defaults;",
         "**differs**: kolo has it, and the row says how and why; **not provided**: kolo lacks it, and",
         "the row says why and what to use instead. Parameter differences are found by the",
-        "generator; the reasons are written in `docs/tools/migration_notes.py`.",
+        "generator; the reasons are written in `docs/tools/migration_notes.py`. Kind **alias**:",
+        "Horovod binds the name by assignment (`rank = _basics.rank`), so only its presence is compared.",
         "",
         "One difference holds for every collective and is not repeated in the rows: " + ORDER + ".",
         "Ranks that issue different collectives get kolo's mismatch error on every rank (a",
@@ -301,7 +302,7 @@ def horovod_page(api, kolo_side):
                                 "docs/tools/migration_notes.py gives no reason")
             counts[status] += 1
             what = "; ".join(x for x in (auto, note or "") if x)
-            kind = hinfo["kind"]
+            kind = "alias" if hinfo["kind"] == "assigned" else hinfo["kind"]
             sig = signature_text(hinfo["params"]) if kind in ("function", "class") else ""
             if kind == "class" and not hinfo["params"]:
                 sig = ""  # no __init__ of its own: nothing to show
