@@ -21,24 +21,24 @@ if [ -f "$BUILD/CMakeCache.txt" ]; then
 else
   KOLO_BUILD_TARGETS=kolo_python scripts/build.sh -DKOLO_BUILD_TESTS=OFF
 fi
-OUT=$BUILD/docs
-mkdir -p "$OUT"
-export KOLO_DOCS_PYTHONPATH=$PWD/$BUILD/python
+mkdir -p "$BUILD/docs"
+OUT=$(cd "$BUILD/docs" && pwd)  # absolute: KOLO_BUILD_DIR may be either
+export KOLO_DOCS_PYTHONPATH=$(cd "$BUILD/python" && pwd)
 
 # The generated pages: --check fails when a committed page differs from what its
 # generator writes now (run it with --write after changing a tunable or an API).
 TORCH2_PYTHON=${KOLO_TORCH2_PYTHON:-$(scripts/install-torch.sh)}
 TF_PYTHON=${KOLO_TF_PYTHON:-$(scripts/install-tensorflow.sh)}
 /usr/bin/python3 docs/tools/tunables.py --check
-/usr/bin/python3 docs/tools/migration.py --check --build-python "$BUILD/python" \
+/usr/bin/python3 docs/tools/migration.py --check --build-python "$KOLO_DOCS_PYTHONPATH" \
   --torch-python /usr/bin/python3 --torch2-python "$TORCH2_PYTHON" --tf-python "$TF_PYTHON"
 
 # Doxygen's XML of the public header, for Breathe.
 rm -rf "$OUT/doxygen"
 mkdir -p "$OUT/doxygen"
-(cat docs/Doxyfile; echo "OUTPUT_DIRECTORY = $PWD/$OUT/doxygen"; echo "INPUT = $PWD/include/kolo/kolo.h") |
+(cat docs/Doxyfile; echo "OUTPUT_DIRECTORY = $OUT/doxygen"; echo "INPUT = $PWD/include/kolo/kolo.h") |
   doxygen - >/dev/null
-export KOLO_DOCS_DOXYGEN_XML=$PWD/$OUT/doxygen/xml
+export KOLO_DOCS_DOXYGEN_XML=$OUT/doxygen/xml
 
 # -W: warnings are errors; --keep-going: report all of them, not only the first.
 # -E: no cached environment, so a warning is never hidden by an earlier run.

@@ -157,7 +157,10 @@ def run_block(where, kind, text, args, tmp):
         f = pathlib.Path(tmp) / f"block_{abs(hash(where))}.py"
         f.write_text(text)
         cmd = [kolorun, "-np", "2", python, str(f)]
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    except subprocess.TimeoutExpired as e:
+        return f"{where}: still running after {e.timeout} s"
     out = r.stdout + r.stderr
     print(f"== {where} ({kind}): exit {r.returncode}")
     print("   " + "\n   ".join(out.strip().splitlines()[-4:]))
