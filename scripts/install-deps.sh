@@ -30,13 +30,15 @@ TESTS=(
   munge slurmctld slurmd slurm-client                 # Slurm tests (two emulated nodes)
 )
 # What the documentation site needs (scripts/docs.sh): Sphinx with MyST Markdown
-# and the furo theme, Doxygen and Breathe for the C++ header, Chromium for the
-# screenshots (docs/tools/screenshots.sh), and what imports kolo for autodoc.
+# and the furo theme, Doxygen and Breathe for the C++ header, and what imports kolo
+# for autodoc and the migration tables (docs/tools/screenshots.sh installs Chromium
+# itself).
 DOCS=(
   python3-sphinx python3-myst-parser furo             # the site: Markdown pages, theme
   doxygen python3-breathe                             # the C++ API reference
   pybind11-dev python3-dev python3-numpy python3-torch  # kolo._C and kolo.torch for autodoc
-)
+  python3-venv python3-pip                            # PyPI's torch 2.x and TensorFlow, whose
+)                                                     # kolo modules the migration tables introspect
 case ${1:-all} in
   all) PACKAGES=("${MAIN_JOB[@]}" "${TESTS[@]}" "${DOCS[@]}") ;;
   main-job) PACKAGES=("${MAIN_JOB[@]}") ;;
