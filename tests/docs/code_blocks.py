@@ -157,8 +157,16 @@ def run_block(where, kind, text, args, tmp):
         f = pathlib.Path(tmp) / f"block_{abs(hash(where))}.py"
         f.write_text(text)
         cmd = [kolorun, "-np", "2", python, str(f)]
+    # The block runs in a scratch folder that links to the checkout's entries, so the
+    # relative paths of the docs work and what the programs write (checkpoints, logs)
+    # goes with the folder, not into the checkout.
+    work = pathlib.Path(tmp) / f"cwd_{abs(hash(where))}"
+    work.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name != ".git":
+            (work / entry.name).symlink_to(entry)
     try:
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+        r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1200)
     except subprocess.TimeoutExpired as e:
         return f"{where}: still running after {e.timeout} s"
     out = r.stdout + r.stderr
