@@ -323,10 +323,12 @@ static Work alltoall_op(detail::Context& c, bool blocking, const void* in, void*
                });
 }
 
-static Work alltoallv_op(detail::Context& c, bool blocking, const void* in, void* out, detail::AlltoallvArgs a,
-                         DType t, const Place& place) {
+static Work alltoallv_op(detail::Context& c, bool blocking, const void* in, const std::vector<std::size_t>& sc,
+                         const std::vector<std::size_t>& so, void* out, const std::vector<std::size_t>& rc,
+                         const std::vector<std::size_t>& ro, DType t, const Place& place) {
   const char* what = "alltoallv";
   check_dtype_op(what, t, Op::Sum, false);
+  auto a = detail::alltoallv_args(what, c.size, t, sc, so, rc, ro);
   if (!place.on_host())
     fail("{}: buffers in CUDA memory are not supported yet (alltoall's equal blocks are); stage them in host "
          "memory", what);
@@ -353,20 +355,13 @@ void Communicator::alltoallv(const void* in, const std::vector<std::size_t>& sen
                              const std::vector<std::size_t>& send_offsets, void* out,
                              const std::vector<std::size_t>& recv_counts,
                              const std::vector<std::size_t>& recv_offsets, DType t, const Place& place) {
-  auto& c = ctx_of(ctx_);
-  alltoallv_op(c, true, in, out,
-               detail::alltoallv_args("alltoallv", c.size, t, send_counts, send_offsets, recv_counts, recv_offsets),
-               t, place);
+  alltoallv_op(ctx_of(ctx_), true, in, send_counts, send_offsets, out, recv_counts, recv_offsets, t, place);
 }
 Work Communicator::alltoallv_async(const void* in, const std::vector<std::size_t>& send_counts,
                                    const std::vector<std::size_t>& send_offsets, void* out,
                                    const std::vector<std::size_t>& recv_counts,
                                    const std::vector<std::size_t>& recv_offsets, DType t, const Place& place) {
-  auto& c = ctx_of(ctx_);
-  return alltoallv_op(
-      c, false, in, out,
-      detail::alltoallv_args("alltoallv", c.size, t, send_counts, send_offsets, recv_counts, recv_offsets), t,
-      place);
+  return alltoallv_op(ctx_of(ctx_), false, in, send_counts, send_offsets, out, recv_counts, recv_offsets, t, place);
 }
 
 std::vector<std::size_t> Communicator::alltoallv_counts(const std::vector<std::size_t>& send_counts) {

@@ -338,6 +338,8 @@ TEST_F(BadInput, AlltoallvArguments) {
   EXPECT_EQ(error_of([&] { comm.alltoallv_counts(std::vector<std::size_t>(n + 1, 1)); }),
             P + "alltoallv_counts: send counts has " + std::to_string(n + 1) + " entries but the communicator has " +
                 ranks);
+  EXPECT_EQ(error_of([&] { comm.alltoallv(a.data(), ones, {}, b.data(), ones, {}, static_cast<DType>(7)); }),
+            P + "alltoallv: invalid dtype value 7");
   // Zero counts with null buffers are fine, and the call still runs on every rank.
   const std::vector<std::size_t> zeros(n, 0);
   EXPECT_EQ(error_of([&] { comm.alltoallv(nullptr, zeros, {}, nullptr, zeros, {}, DType::F32); }), "(no error)");
