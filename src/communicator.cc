@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "alltoallv.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/rejected.h"
@@ -300,7 +301,10 @@ Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t c
   return reduce_scatter_op(ctx_of(ctx_), false, in, out, count, t, op, shape, place);
 }
 
-// ---- alltoall -----------------------------------------------------------------
+// ---- alltoall(v) --------------------------------------------------------------
+// Both run as the backend's alltoallv. alltoall's blocks are equal, so the
+// fingerprint's count checks them; alltoallv's differ per rank, so its ranks
+// exchange their counts inside the collective first (alltoallv.h).
 static Work alltoall_op(detail::Context& c, bool blocking, const void* in, void* out, std::size_t count, DType t,
                         const Place& place) {
   const char* what = "alltoall";
@@ -311,8 +315,34 @@ static Work alltoall_op(detail::Context& c, bool blocking, const void* in, void*
   if (overlap(in, total, out, total)) fail("{}: input and output must not overlap", what);
   in = nonnull(in);
   out = nonnull(out);
+  auto a = detail::alltoallv_args(what, c.size, t, std::vector<std::size_t>(c.size, count), {},
+                                  std::vector<std::size_t>(c.size, count), {});
   return start(c, blocking, what, place, fingerprint(Kind::Alltoall, t, count), total, {in, total, out, total},
-               [&c, count, t](const void* i, void* o) { c.backend->alltoall(i, o, count, t); });
+               [&c, a = std::move(a), count, t](const void* i, void* o) {
+                 c.backend->alltoallv(i, o, a.layout(count), t);
+               });
+}
+
+static Work alltoallv_op(detail::Context& c, bool blocking, const void* in, const std::vector<std::size_t>& sc,
+                         const std::vector<std::size_t>& so, void* out, const std::vector<std::size_t>& rc,
+                         const std::vector<std::size_t>& ro, DType t, const Place& place) {
+  const char* what = "alltoallv";
+  check_dtype_op(what, t, Op::Sum, false);
+  auto a = detail::alltoallv_args(what, c.size, t, sc, so, rc, ro);
+  if (!place.on_host())
+    fail("{}: buffers in CUDA memory are not supported yet (alltoall's equal blocks are); stage them in host "
+         "memory", what);
+  const std::size_t es = dtype_size(t), in_bytes = a.in_elements * es, out_bytes = a.out_elements * es;
+  check_buffer(what, "input", in, in_bytes);
+  check_buffer(what, "output", out, out_bytes);
+  if (overlap(in, in_bytes, out, out_bytes)) fail("{}: input and output must not overlap", what);
+  in = nonnull(in);
+  out = nonnull(out);
+  return start(c, blocking, what, place, fingerprint(Kind::Alltoallv, t, 0), in_bytes,
+               {in, in_bytes, out, out_bytes}, [&c, a = std::move(a), t](const void* i, void* o) {
+                 const std::size_t longest = detail::agree_alltoallv_counts(c, a);
+                 c.backend->alltoallv(i, o, a.layout(longest), t);
+               });
 }
 
 void Communicator::alltoall(const void* in, void* out, std::size_t count, DType t, const Place& place) {
@@ -320,6 +350,35 @@ void Communicator::alltoall(const void* in, void* out, std::size_t count, DType 
 }
 Work Communicator::alltoall_async(const void* in, void* out, std::size_t count, DType t, const Place& place) {
   return alltoall_op(ctx_of(ctx_), false, in, out, count, t, place);
+}
+void Communicator::alltoallv(const void* in, const std::vector<std::size_t>& send_counts,
+                             const std::vector<std::size_t>& send_offsets, void* out,
+                             const std::vector<std::size_t>& recv_counts,
+                             const std::vector<std::size_t>& recv_offsets, DType t, const Place& place) {
+  alltoallv_op(ctx_of(ctx_), true, in, send_counts, send_offsets, out, recv_counts, recv_offsets, t, place);
+}
+Work Communicator::alltoallv_async(const void* in, const std::vector<std::size_t>& send_counts,
+                                   const std::vector<std::size_t>& send_offsets, void* out,
+                                   const std::vector<std::size_t>& recv_counts,
+                                   const std::vector<std::size_t>& recv_offsets, DType t, const Place& place) {
+  return alltoallv_op(ctx_of(ctx_), false, in, send_counts, send_offsets, out, recv_counts, recv_offsets, t, place);
+}
+
+std::vector<std::size_t> Communicator::alltoallv_counts(const std::vector<std::size_t>& send_counts) {
+  auto& c = ctx_of(ctx_);
+  if (send_counts.size() != static_cast<std::size_t>(c.size))
+    fail("alltoallv_counts: send counts has {} entries but the communicator has {} ranks", send_counts.size(),
+         c.size);
+  static_assert(sizeof(std::size_t) == sizeof(std::int64_t), "counts travel as i64");
+  std::vector<std::size_t> recv_counts(c.size);
+  alltoall_op(c, true, send_counts.data(), recv_counts.data(), 1, DType::I64, {});
+  return recv_counts;
+}
+
+void Communicator::check_sum(const char* what, std::size_t have, const std::vector<std::size_t>& counts) const {
+  std::size_t sum = 0;
+  for (std::size_t n : counts) sum += n;
+  if (have != sum) fail("{}: the input vector holds {} elements but the send counts add up to {}", what, have, sum);
 }
 
 // ---- barrier ------------------------------------------------------------------

@@ -189,6 +189,29 @@ class Communicator {
   void alltoall(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
   Work alltoall_async(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
 
+  // Uneven blocks (MPI_Alltoallv), counts and offsets in elements: block j of
+  // in (send_counts[j] elements from send_offsets[j]) goes to rank j, and
+  // block j of out (recv_counts[j] elements at recv_offsets[j]) comes from
+  // rank j. Empty offsets: the blocks lie packed in rank order. Zero counts
+  // are fine. Rank i's send_counts[j] must equal rank j's recv_counts[i]: the
+  // ranks exchange their counts inside the call, and a disagreement is an
+  // error on every rank naming both ranks and counts (nothing moved; the
+  // communicator stays usable). in and out must not overlap, nor out's
+  // blocks each other. Host memory only for now: a CUDA place is an error.
+  void alltoallv(const void* in, const std::vector<std::size_t>& send_counts,
+                 const std::vector<std::size_t>& send_offsets, void* out,
+                 const std::vector<std::size_t>& recv_counts, const std::vector<std::size_t>& recv_offsets,
+                 DType t, const Place& place = {});
+  Work alltoallv_async(const void* in, const std::vector<std::size_t>& send_counts,
+                       const std::vector<std::size_t>& send_offsets, void* out,
+                       const std::vector<std::size_t>& recv_counts, const std::vector<std::size_t>& recv_offsets,
+                       DType t, const Place& place = {});
+  // What each rank sends this one, from what this one sends each rank
+  // (Horovod's alltoall, where only the sender gives the splits): element j
+  // of the result is rank j's send_counts[this rank]. A blocking collective
+  // (an alltoall of the counts), to size the output before alltoallv.
+  std::vector<std::size_t> alltoallv_counts(const std::vector<std::size_t>& send_counts);
+
   void barrier();
   Work barrier_async();
 
@@ -271,6 +294,21 @@ class Communicator {
     check_length("alltoall", "output", out.size(), in.size());
     alltoall(in.data(), out.data(), in.size() / scale(), dtype_of<T>::value);
   }
+  // send_counts[j] elements of in (packed in rank order) go to rank j;
+  // returns what arrived, rank by rank, and what each rank sent in
+  // *recv_counts when given.
+  template <class T>
+  std::vector<T> alltoallv(const std::vector<T>& in, const std::vector<std::size_t>& send_counts,
+                           std::vector<std::size_t>* recv_counts = nullptr) {
+    check_sum("alltoallv", in.size(), send_counts);
+    std::vector<std::size_t> got = alltoallv_counts(send_counts);
+    std::size_t total = 0;
+    for (std::size_t n : got) total += n;
+    std::vector<T> out(total);
+    alltoallv(in.data(), send_counts, {}, out.data(), got, {}, dtype_of<T>::value);
+    if (recv_counts != nullptr) *recv_counts = std::move(got);
+    return out;
+  }
 
   bool valid() const { return ctx_ != nullptr; }
 
@@ -279,6 +317,7 @@ class Communicator {
   // Throw kolo::Error naming the collective, the buffer and both lengths.
   void check_length(const char* what, const char* which, std::size_t have, std::size_t need) const;
   void check_blocks(const char* what, const char* which, std::size_t have) const;
+  void check_sum(const char* what, std::size_t have, const std::vector<std::size_t>& counts) const;
   // split() and subgroup(); `list`: subgroup's list (checked equal on every rank).
   Communicator split_as(int color, int key, const std::vector<int>* list);
   // The communicator of `members` (ranks of this one, in order), this rank

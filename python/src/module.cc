@@ -31,6 +31,9 @@
 //     reduce_scatter(in_ptr, out_ptr, count, dtype, op, shape=[])   in holds size*count
 //       shape: the tensor's shape, checked across ranks with the call (kolo.h)
 //     alltoall(in_ptr, out_ptr, count, dtype)              both hold size*count
+//     alltoallv(in_ptr, send_counts, send_offsets, out_ptr, recv_counts, recv_offsets, dtype)
+//       uneven blocks, in elements (offsets [] : packed); host memory only
+//     alltoallv_counts(send_counts) -> list[int]   what each rank sends this one
 //     barrier()
 //     each also as <name>_async(...) -> Work
 //     split(color, key=0) -> Communicator     collective over this communicator,
@@ -93,7 +96,8 @@ std::size_t cnt(std::int64_t n) {
   if (n < 0) throw kolo::Error("kolo: negative element count " + std::to_string(n));
   return static_cast<std::size_t>(n);
 }
-std::vector<std::size_t> counts(const std::vector<std::int64_t>& v) {
+using Counts = std::vector<std::int64_t>;
+std::vector<std::size_t> counts(const Counts& v) {
   std::vector<std::size_t> r;
   r.reserve(v.size());
   for (auto n : v) r.push_back(cnt(n));
@@ -220,6 +224,21 @@ PYBIND11_MODULE(_C, m) {
            [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st) {
              return c.alltoall_async(cin(i), out(o), cnt(n), dt(t), where(d, st));
            }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
+      .def("alltoallv",
+           [](C& c, Ptr i, const Counts& sc, const Counts& so, Ptr o, const Counts& rc, const Counts& ro, int t,
+              int d, Ptr st) {
+             c.alltoallv(cin(i), counts(sc), counts(so), out(o), counts(rc), counts(ro), dt(t), where(d, st));
+           }, Release(), "in"_a, "send_counts"_a, "send_offsets"_a, "out"_a, "recv_counts"_a, "recv_offsets"_a,
+           "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
+      .def("alltoallv_async",
+           [](C& c, Ptr i, const Counts& sc, const Counts& so, Ptr o, const Counts& rc, const Counts& ro, int t,
+              int d, Ptr st) {
+             return c.alltoallv_async(cin(i), counts(sc), counts(so), out(o), counts(rc), counts(ro), dt(t),
+                                      where(d, st));
+           }, Release(), "in"_a, "send_counts"_a, "send_offsets"_a, "out"_a, "recv_counts"_a, "recv_offsets"_a,
+           "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
+      .def("alltoallv_counts", [](C& c, const Counts& sc) { return c.alltoallv_counts(counts(sc)); }, Release(),
+           "send_counts"_a)
       .def("barrier", &C::barrier, Release())
       .def("barrier_async", &C::barrier_async, Release())
       .def("split", &C::split, py::arg("color"), py::arg("key") = 0, Release())

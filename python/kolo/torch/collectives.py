@@ -10,7 +10,6 @@ call differs from its peers' gets kolo's mismatch error, on every rank.
 The non-underscore, non-async functions are differentiable
 (kolo/torch/autograd.py); these are the plain versions they call.
 """
-import numbers
 
 import torch
 
@@ -18,7 +17,8 @@ from kolo import _C, descriptions, handles
 from kolo.basics import comm, error
 from kolo.process_sets import root_in_scope, with_process_set
 from kolo.reduce_ops import resolve_op
-from kolo.torch import alltoallv, dtypes
+from kolo.splits import split_rows
+from kolo.torch import dtypes
 from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, place, reduce_plan
 
 
@@ -250,55 +250,34 @@ def broadcast_nograd(tensor, root_rank, name=None):
 
 
 # ---- alltoall ----------------------------------------------------------------------
-def _splits_list(what, tensor, splits, n):
-    if splits is None:
-        d0 = tensor.shape[0] if tensor.dim() else 1
-        if d0 % n:
-            raise ValueError(error(what, f"the first dimension ({d0}) is not divisible by the "
-                                   f"{n} ranks; pass splits="))
-        return [d0 // n] * n
-    s = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
-    # Counts are integers (Horovod: int32): a float tensor is refused whatever
-    # it holds, even values that happen to be whole (torch.empty's garbage).
-    if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in s):
-        kind = f"a {splits.dtype} tensor" if isinstance(splits, torch.Tensor) else f"{s}"
-        raise ValueError(error(what, f"splits must be integer counts, got {kind}"))
-    if len(s) != n or any(x < 0 for x in s):
-        raise ValueError(error(what, f"splits must hold {n} non-negative counts, got {s}"))
-    d0 = tensor.shape[0] if tensor.dim() else 1
-    if sum(s) != d0:
-        raise ValueError(error(what, f"splits {s} sum to {sum(s)}, but the first dimension is {d0}"))
-    return [int(x) for x in s]
-
-
 def _alltoall_start(what, tensor, splits, name, blocking):
     """Sends rows splits[j] to rank j; returns (output, received_splits).
 
-    One allgather of every rank's splits first (so each rank knows what it
-    receives), then kolo's equal-block alltoall on blocks padded to the
-    largest split (no padding when all splits are equal)."""
+    One allgather of every rank's description (dtype, shape, splits) first:
+    each rank checks its peers' tensors and learns what it receives; then
+    kolo's alltoallv moves the rows. A CUDA tensor travels through host
+    memory (kolo's alltoallv takes host memory only, kolo.h)."""
     check_tensor(what, tensor, name)
     c = comm()
     n, me = c.size(), c.rank()
     t = tensor.reshape(1) if tensor.dim() == 0 else tensor
-    s = _splits_list(what, t, splits, n)
+    s = split_rows(what, t.shape[0], splits, n)
     rows = _gather_descriptions(what, t, s)
-    matrix = [descriptions.extra_of(row) for row in rows]  # matrix[src][dst]
-    recv_rows = [matrix[src][me] for src in range(n)]
-    biggest = max(max(r) for r in matrix)
-    equal = all(x == biggest for r in matrix for x in r)
-    _name_next(name)
-    work, recv, keep = alltoallv.start(c, torch.split(t, s), biggest, whole=t if equal else None)
+    recv_rows = [descriptions.extra_of(rows[src])[me] for src in range(n)]
+    send = t.cpu() if t.is_cuda else t
+    out = send.new_empty((sum(recv_rows),) + tuple(t.shape[1:]))
+    unit = _row_units(t)
+    code, _ = move_code(out)
+    args = (send.data_ptr(), [r * unit for r in s], [], out.data_ptr(), [r * unit for r in recv_rows], [], code)
     received = torch.tensor(recv_rows, dtype=torch.int32, device="cpu")
 
     def finish():
-        if equal:
-            return recv.view((n * biggest,) + tuple(t.shape[1:])), received
-        return torch.cat(alltoallv.unpad(recv, recv_rows)), received
+        return (out.to(t.device) if t.is_cuda else out), received
+    _name_next(name)
     if blocking:
-        work.wait()
+        c.alltoallv(*args)
         return finish()
-    return handles.add(work, (t,) + keep, finish)
+    return handles.add(c.alltoallv_async(*args), (t, send, out), finish)
 
 
 @with_process_set

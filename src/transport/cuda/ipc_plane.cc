@@ -167,6 +167,7 @@ void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
     case Kind::Allgatherv: allgatherv(t, c, host, s); break;
     case Kind::ReduceScatter: reduce_scatter(t, c, host, s); break;
     case Kind::Alltoall: alltoall(t, c, host, s); break;
+    case Kind::Alltoallv: fail("{}: not on CUDA memory (Communicator::alltoallv refuses it first)", t.what);
     case Kind::Barrier: host.barrier(); break;
   }
   sync(t, s);
