@@ -218,8 +218,13 @@ void NamedChannel::loop() {
 // names in issue order (their ops stay in ops_ until they complete).
 void NamedChannel::round(std::vector<std::string>& mine) {
   if (!backend_) {
-    await_peers(mine);
-    auto made = c_.make_backend(c_.base_prefix + "/named");
+    std::unique_ptr<collectives::Backend> made;
+    if (c_.size == 1 || !c_.make_backend) {  // one rank (a process set of one has no store)
+      made = collectives::make_self_backend();
+    } else {
+      await_peers(mine);
+      made = c_.make_backend(c_.base_prefix + "/named");
+    }
     std::lock_guard lk(hub_->mu);
     backend_ = std::move(made);
   }

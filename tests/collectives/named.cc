@@ -4,7 +4,8 @@
 //                         others shuffled by rank), unnamed ones between them,
 //                         three steps (the second and third from the response
 //                         cache, the third with one name's count changed);
-//                         results against sums computed here
+//                         results against sums computed here; then the
+//                         other kinds, and a communicator of one rank
 //   kolo_named mismatch   rank 1 issues a name with another count: every rank
 //                         gets the error naming both calls; then it all works
 //   kolo_named duplicate  rank 1 issues a name twice: DuplicateNameError on
@@ -143,6 +144,11 @@ int order() {
   ops[5].count = 4;               // one name called otherwise: announced in full again
   one_step(comm, ops, order, 2);
   other_kinds(comm);
+  // A communicator of one rank (as a process set of one): named operations run at once.
+  kolo::Communicator solo = comm.split(rank);
+  std::vector<float> s(3, 2.0f);
+  solo.allreduce_async(s.data(), s.data(), 3, kolo::DType::F32, kolo::Op::Sum, {}, {}, "solo").wait();
+  expect(s[0] == 2.0f && s[2] == 2.0f, "a named operation on a communicator of one rank");
   comm.barrier();
   return 0;
 }
