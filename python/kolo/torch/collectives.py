@@ -13,6 +13,7 @@ rank. alltoall is matched by call order, named or not.
 The non-underscore, non-async functions are differentiable
 (kolo/torch/autograd.py); these are the plain versions they call.
 """
+import collections
 import numbers
 
 import torch
@@ -43,6 +44,11 @@ def _name_next(name):
     """Horovod's name= labels the next collective in the timeline."""
     if name and _C.timeline_on():
         _C.timeline_name_next(str(name))
+
+
+# Named operations issued on each communicator (by id) since its last join():
+# join() tells the rank that joined last by them (torch/optimizer.py).
+named_issued = collections.Counter()
 
 
 def _key(kind, name):
@@ -88,6 +94,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
     if blocking and not key:
         c.allreduce(*args, **where)
         return finish()
+    named_issued[id(c)] += bool(key)
     work = c.allreduce_async(*args, **where, name=key)
     if blocking:
         work.wait()
@@ -227,6 +234,7 @@ def _allgather_named(what, t, key, name, blocking):
     mine = torch.tensor(descriptions.describe(_DTYPE_INDEX[t.dtype], t.shape, ()), dtype=torch.int64,
                         device="cpu")
     table = torch.empty(c.size(), mine.numel(), dtype=torch.int64, device="cpu")
+    named_issued[id(c)] += 1
     described = c.allgather_async(mine.data_ptr(), table.data_ptr(), mine.numel(), _C.I64, name=key)
     where = place(t)
 
@@ -278,6 +286,7 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
     if blocking and not key:
         c.broadcast(*args, **where)
         return output
+    named_issued[id(c)] += bool(key)
     work = c.broadcast_async(*args, **where, name=key)
     if blocking:
         work.wait()
@@ -413,6 +422,7 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
     if blocking and not key:
         c.reduce_scatter(*args, **where)
         return finish()
+    named_issued[id(c)] += bool(key)
     work = c.reduce_scatter_async(*args, **where, name=key)
     if blocking:
         work.wait()

@@ -37,6 +37,7 @@ from kolo import _C, basics
 from kolo.basics import comm, error
 from kolo.process_sets import communicator, with_process_set
 from kolo.torch import dtypes
+from kolo.torch.collectives import named_issued
 from kolo.torch.compression import Compression
 from kolo.torch.dtypes import Average
 
@@ -407,13 +408,15 @@ def join(device=-1, process_set=None):
         waited = _wait_for_all_joined(c, flag, opt)
     finally:
         c.set_joined(False)
-    # The last to join stepped the most (since the previous join) and then
-    # waited the fewest rounds.
-    mine = torch.tensor([opt._rounds if opt is not None else 0, -waited], dtype=torch.int64, device="cpu")
+    # The last to join stepped the most (since the previous join), else issued
+    # the most named operations, and then waited the fewest rounds.
+    issued = named_issued.pop(id(c), 0)
+    mine = torch.tensor([opt._rounds if opt is not None else 0, issued, -waited], dtype=torch.int64,
+                        device="cpu")
     if opt is not None:
         opt._rounds = 0
-    every = torch.empty(c.size(), 2, dtype=torch.int64, device="cpu")
-    c.allgather(mine.data_ptr(), every.data_ptr(), 2, _C.I64)
+    every = torch.empty(c.size(), 3, dtype=torch.int64, device="cpu")
+    c.allgather(mine.data_ptr(), every.data_ptr(), 3, _C.I64)
     keys = [tuple(row) for row in every.tolist()]
     last = max(keys)
     return c.world_ranks()[max(r for r, k in enumerate(keys) if k == last)]
