@@ -64,14 +64,14 @@ AlltoallvArgs alltoallv_args(const char* what, int size, DType t, std::vector<st
   return a;
 }
 
-std::size_t agree_alltoallv_counts(Context& c, const AlltoallvArgs& a) {
+std::size_t agree_alltoallv_counts(Context& c, collectives::Backend& be, const AlltoallvArgs& a) {
   static_assert(sizeof(std::size_t) == sizeof(std::int64_t), "counts travel as i64");
   const auto n = static_cast<std::size_t>(c.size);
   // Row q of `all`: rank q's send counts, then its receive counts.
   std::vector<std::size_t> mine(2 * n), all(2 * n * n);
   std::copy(a.send_counts.begin(), a.send_counts.end(), mine.begin());
   std::copy(a.recv_counts.begin(), a.recv_counts.end(), mine.begin() + n);
-  c.backend->allgatherv(mine.data(), all.data(), std::vector<std::size_t>(n, 2 * n), DType::I64);
+  be.allgatherv(mine.data(), all.data(), std::vector<std::size_t>(n, 2 * n), DType::I64);
   std::string wrong;
   int shown = 0, more = 0;
   std::size_t longest = 0;

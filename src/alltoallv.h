@@ -9,6 +9,10 @@
 #include "collectives/blocks.h"
 #include "kolo/kolo.h"
 
+namespace kolo::collectives {
+class Backend;
+}
+
 namespace kolo::detail {
 
 struct Context;
@@ -37,6 +41,6 @@ AlltoallvArgs alltoallv_args(const char* what, int size, DType t, std::vector<st
 // A disagreement is a MismatchError on every rank, worded the same on each
 // and naming both ranks and counts, before any data moved (so the
 // communicator stays usable). Returns the largest block any rank sends.
-std::size_t agree_alltoallv_counts(Context& c, const AlltoallvArgs& a);
+std::size_t agree_alltoallv_counts(Context& c, collectives::Backend& be, const AlltoallvArgs& a);
 
 }  // namespace kolo::detail
