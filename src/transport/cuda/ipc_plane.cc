@@ -76,6 +76,8 @@ class IpcPlane : public Plane {
   void allgatherv(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void alltoall(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
+  template <class Take>
+  void block_rounds(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s, Take take);
 
   CallerStreams streams_;
   const int size_;
@@ -223,37 +225,42 @@ void IpcPlane::allgatherv(const StreamTicket& t, const Call& c, const HostLink& 
   }
 }
 
-// Each rank's input holds size blocks of count; round k moves elements
-// [k*per, (k+1)*per) of every block, per = inbox / size.
-void IpcPlane::reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
+// Each rank's input holds size blocks of count. Round k stages elements
+// [k*per, (k+1)*per) of every block in this rank's inbox (per = inbox /
+// size; block q at q*per), and once every rank has staged, take(at, n) reads
+// what it needs from the inboxes: reduce_scatter's and alltoall's rounds.
+template <class Take>
+void IpcPlane::block_rounds(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s, Take take) {
   const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es / size_, count = c.fp.count;
   const auto* in = static_cast<const char*>(c.in);
-  auto* out = static_cast<char*>(c.out);
   for (std::size_t at = 0; at < count; at += per) {
     const std::size_t n = std::min(per, count - at);
     copy_rows(t, inbox_, per * es, in + at * es, count * es, n * es, size_, s);
     sync(t, s);
     host.barrier();
-    reduce(t, c.fp.dtype, c.fp.op, host.rank * per * es, out + at * es, n, s);
+    take(at, n, per);
     sync(t, s);
     host.barrier();
   }
 }
 
-// Block q of this rank's input goes to rank q; rounds as reduce_scatter's.
-void IpcPlane::alltoall(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
-  const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es / size_, count = c.fp.count;
-  const auto* in = static_cast<const char*>(c.in);
+// This rank's block of every inbox, reduced into its output.
+void IpcPlane::reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
+  const std::size_t es = dtype_size(c.fp.dtype);
   auto* out = static_cast<char*>(c.out);
-  for (std::size_t at = 0; at < count; at += per) {
-    const std::size_t n = std::min(per, count - at);
-    copy_rows(t, inbox_, per * es, in + at * es, count * es, n * es, size_, s);
-    sync(t, s);
-    host.barrier();
+  block_rounds(t, c, host, s, [&](std::size_t at, std::size_t n, std::size_t per) {
+    reduce(t, c.fp.dtype, c.fp.op, host.rank * per * es, out + at * es, n, s);
+  });
+}
+
+// Block q of this rank's input goes to rank q: this rank's block of rank q's
+// inbox is block q of its output.
+void IpcPlane::alltoall(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
+  const std::size_t es = dtype_size(c.fp.dtype), count = c.fp.count;
+  auto* out = static_cast<char*>(c.out);
+  block_rounds(t, c, host, s, [&](std::size_t at, std::size_t n, std::size_t per) {
     for (int q = 0; q < size_; ++q) copy(t, out + (q * count + at) * es, peers_[q] + host.rank * per * es, n * es, s);
-    sync(t, s);
-    host.barrier();
-  }
+  });
 }
 
 }  // namespace
