@@ -9,6 +9,7 @@
 #include "alltoallv.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/ranges.h"
 #include "core/rejected.h"
 #include "engine/context.h"
 #include "transport/gpu.h"
@@ -84,11 +85,6 @@ auto collective(detail::Context& c, Fingerprint fp, std::size_t bytes, F body) {
     }
     trace.finish(false);
   };
-}
-
-bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
-  auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-  return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
 
 // A collective's buffers: what it reads and what it writes (device memory:
