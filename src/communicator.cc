@@ -6,8 +6,10 @@
 #include <string_view>
 #include <vector>
 
+#include "alltoallv.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/ranges.h"
 #include "core/rejected.h"
 #include "engine/context.h"
 #include "transport/gpu.h"
@@ -85,11 +87,6 @@ auto collective(detail::Context& c, Fingerprint fp, std::size_t bytes, F body) {
   };
 }
 
-bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
-  auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-  return an > 0 && bn > 0 && x < y + bn && y < x + an;
-}
-
 // A collective's buffers: what it reads and what it writes (device memory:
 // what is copied to and from the host; broadcast's non-root ranks read nothing).
 struct Buffers {
@@ -105,11 +102,32 @@ struct Buffers {
 // caller's stream and its place in the engine's queue together, under the
 // issue lock, and its data plane moves the bytes (transport/gpu.h).
 // `counts`: allgather(v)'s elements of each rank.
+// `name`: a named operation (kolo.h), negotiated on the named channel
+// (engine/named_channel.h) instead of queued in call order.
+// host(backend, in, out) runs the collective on a backend: the ordered one, or the named channel's.
 template <class Host>
 Work start(detail::Context& c, bool blocking, const char* what, const Place& place, Fingerprint fp,
-           std::size_t bytes, Buffers b, Host host, std::vector<std::size_t> counts = {}) {
+           std::size_t bytes, Buffers b, Host host, std::vector<std::size_t> counts = {},
+           const std::string& name = {}) {
+  if (!name.empty()) {
+    if (!place.on_host())
+      fail("{} named '{}': named operations take host memory only (leave the name empty on CUDA memory)", what, name);
+    c.engine.check();  // an earlier failure
+    auto body = [b, host, trace = detail::timeline::Trace(c, bytes)](collectives::Backend& be,
+                                                                     const Fingerprint& at) mutable {
+      trace.start(at, be.name());
+      try {
+        host(be, b.in, b.out);
+      } catch (...) {
+        trace.finish(true);
+        throw;
+      }
+      trace.finish(false);
+    };
+    return c.make_work(c.named_channel().submit(name, fp, std::move(body)));
+  }
   if (place.on_host()) {
-    auto op = collective(c, fp, bytes, [b, host] { host(b.in, b.out); });
+    auto op = collective(c, fp, bytes, [&c, b, host] { host(*c.backend, b.in, b.out); });
     if (blocking) {
       c.engine.run(std::move(op));
       return {};
@@ -129,7 +147,7 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
           [&c](const void* mine, void* all, std::size_t n) {
             c.backend->allgatherv(mine, all, std::vector<std::size_t>(c.size, n), DType::U8);
           },
-          host};
+          [&c, host](const void* i, void* o) { host(*c.backend, i, o); }};
       c.gpu->run(*ticket, call, link);
     }));
   }
@@ -178,7 +196,7 @@ std::string Communicator::transport() const {
 
 // ---- allreduce ----------------------------------------------------------------
 static Work allreduce_op(detail::Context& c, bool blocking, const void* in, void* out, std::size_t count,
-                         DType t, Op op, const Shape& shape, const Place& place) {
+                         DType t, Op op, const Shape& shape, const Place& place, const std::string& name = {}) {
   const char* what = "allreduce";
   check_dtype_op(what, t, op, true);
   const std::size_t bytes = checked_bytes(what, count, t, 1);
@@ -190,7 +208,8 @@ static Work allreduce_op(detail::Context& c, bool blocking, const void* in, void
   out = nonnull(out);
   return start(c, blocking, what, place, with_shape(fingerprint(Kind::Allreduce, t, count, op), shape), bytes,
                {in, bytes, out, bytes},
-               [&c, count, t, op](const void* i, void* o) { c.backend->allreduce(i, o, count, t, op); });
+               [count, t, op](collectives::Backend& be, const void* i, void* o) { be.allreduce(i, o, count, t, op); },
+               {}, name);
 }
 
 void Communicator::allreduce(const void* in, void* out, std::size_t count, DType t, Op op,
@@ -198,13 +217,13 @@ void Communicator::allreduce(const void* in, void* out, std::size_t count, DType
   allreduce_op(ctx_of(ctx_), true, in, out, count, t, op, shape, place);
 }
 Work Communicator::allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op,
-                                   const Shape& shape, const Place& place) {
-  return allreduce_op(ctx_of(ctx_), false, in, out, count, t, op, shape, place);
+                                   const Shape& shape, const Place& place, const std::string& name) {
+  return allreduce_op(ctx_of(ctx_), false, in, out, count, t, op, shape, place, name);
 }
 
 // ---- broadcast ----------------------------------------------------------------
 static Work broadcast_op(detail::Context& c, bool blocking, void* data, std::size_t count, DType t, int root,
-                         const Shape& shape, const Place& place) {
+                         const Shape& shape, const Place& place, const std::string& name = {}) {
   const char* what = "broadcast";
   check_dtype_op(what, t, Op::Sum, false);
   check_root(what, root, c.size);
@@ -214,7 +233,8 @@ static Work broadcast_op(detail::Context& c, bool blocking, void* data, std::siz
   // Only the root's data is read.
   return start(c, blocking, what, place, with_shape(fingerprint(Kind::Broadcast, t, count, Op::Sum, root), shape),
                bytes, {data, c.rank == root ? bytes : 0, data, bytes},
-               [&c, count, t, root](const void*, void* o) { c.backend->broadcast(o, count, t, root); });
+               [count, t, root](collectives::Backend& be, const void*, void* o) { be.broadcast(o, count, t, root); },
+               {}, name);
 }
 
 void Communicator::broadcast(void* data, std::size_t count, DType t, int root, const Shape& shape,
@@ -222,13 +242,13 @@ void Communicator::broadcast(void* data, std::size_t count, DType t, int root, c
   broadcast_op(ctx_of(ctx_), true, data, count, t, root, shape, place);
 }
 Work Communicator::broadcast_async(void* data, std::size_t count, DType t, int root, const Shape& shape,
-                                   const Place& place) {
-  return broadcast_op(ctx_of(ctx_), false, data, count, t, root, shape, place);
+                                   const Place& place, const std::string& name) {
+  return broadcast_op(ctx_of(ctx_), false, data, count, t, root, shape, place, name);
 }
 
 // ---- allgather(v) -------------------------------------------------------------
 static Work allgatherv_op(detail::Context& c, bool blocking, const char* what, const void* in, void* out,
-                          std::vector<std::size_t> counts, DType t, const Place& place) {
+                          std::vector<std::size_t> counts, DType t, const Place& place, const std::string& name = {}) {
   check_dtype_op(what, t, Op::Sum, false);
   if (counts.size() != static_cast<std::size_t>(c.size))
     fail("{}: counts has {} entries but the communicator has {} ranks", what, counts.size(), c.size);
@@ -251,30 +271,33 @@ static Work allgatherv_op(detail::Context& c, bool blocking, const char* what, c
   Fingerprint fp = equal ? fingerprint(Kind::Allgather, t, counts[0]) : fingerprint_v(t, counts);
   std::vector<std::size_t> per_rank = counts;
   return start(c, blocking, what, place, fp, total, {in, mine, out, total},
-               [&c, counts = std::move(counts), t](const void* i, void* o) { c.backend->allgatherv(i, o, counts, t); },
-               std::move(per_rank));
+               [counts = std::move(counts), t](collectives::Backend& be, const void* i, void* o) {
+                 be.allgatherv(i, o, counts, t);
+               },
+               std::move(per_rank), name);
 }
 
 void Communicator::allgather(const void* in, void* out, std::size_t count, DType t, const Place& place) {
   auto& c = ctx_of(ctx_);
   allgatherv_op(c, true, "allgather", in, out, std::vector<std::size_t>(c.size, count), t, place);
 }
-Work Communicator::allgather_async(const void* in, void* out, std::size_t count, DType t, const Place& place) {
+Work Communicator::allgather_async(const void* in, void* out, std::size_t count, DType t, const Place& place,
+                                   const std::string& name) {
   auto& c = ctx_of(ctx_);
-  return allgatherv_op(c, false, "allgather", in, out, std::vector<std::size_t>(c.size, count), t, place);
+  return allgatherv_op(c, false, "allgather", in, out, std::vector<std::size_t>(c.size, count), t, place, name);
 }
 void Communicator::allgatherv(const void* in, void* out, const std::vector<std::size_t>& counts,
                               DType t, const Place& place) {
   allgatherv_op(ctx_of(ctx_), true, "allgatherv", in, out, counts, t, place);
 }
-Work Communicator::allgatherv_async(const void* in, void* out,
-                                    const std::vector<std::size_t>& counts, DType t, const Place& place) {
-  return allgatherv_op(ctx_of(ctx_), false, "allgatherv", in, out, counts, t, place);
+Work Communicator::allgatherv_async(const void* in, void* out, const std::vector<std::size_t>& counts, DType t,
+                                    const Place& place, const std::string& name) {
+  return allgatherv_op(ctx_of(ctx_), false, "allgatherv", in, out, counts, t, place, name);
 }
 
 // ---- reduce-scatter -----------------------------------------------------------
 static Work reduce_scatter_op(detail::Context& c, bool blocking, const void* in, void* out, std::size_t count,
-                              DType t, Op op, const Shape& shape, const Place& place) {
+                              DType t, Op op, const Shape& shape, const Place& place, const std::string& name = {}) {
   const char* what = "reduce_scatter";
   check_dtype_op(what, t, op, true);
   const std::size_t total = checked_bytes(what, count, t, c.size), block = total / c.size;
@@ -288,7 +311,8 @@ static Work reduce_scatter_op(detail::Context& c, bool blocking, const void* in,
   out = nonnull(out);
   return start(c, blocking, what, place, with_shape(fingerprint(Kind::ReduceScatter, t, count, op), shape), total,
                {in, total, out, block},
-               [&c, count, t, op](const void* i, void* o) { c.backend->reduce_scatter(i, o, count, t, op); });
+               [count, t, op](collectives::Backend& be, const void* i, void* o) { be.reduce_scatter(i, o, count, t, op); },
+               {}, name);
 }
 
 void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op,
@@ -296,13 +320,16 @@ void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, 
   reduce_scatter_op(ctx_of(ctx_), true, in, out, count, t, op, shape, place);
 }
 Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count, DType t,
-                                        Op op, const Shape& shape, const Place& place) {
-  return reduce_scatter_op(ctx_of(ctx_), false, in, out, count, t, op, shape, place);
+                                        Op op, const Shape& shape, const Place& place, const std::string& name) {
+  return reduce_scatter_op(ctx_of(ctx_), false, in, out, count, t, op, shape, place, name);
 }
 
-// ---- alltoall -----------------------------------------------------------------
+// ---- alltoall(v) --------------------------------------------------------------
+// Both run as the backend's alltoallv. alltoall's blocks are equal, so the
+// fingerprint's count checks them; alltoallv's differ per rank, so its ranks
+// exchange their counts inside the collective first (alltoallv.h).
 static Work alltoall_op(detail::Context& c, bool blocking, const void* in, void* out, std::size_t count, DType t,
-                        const Place& place) {
+                        const Place& place, const std::string& name = {}) {
   const char* what = "alltoall";
   check_dtype_op(what, t, Op::Sum, false);
   const std::size_t total = checked_bytes(what, count, t, c.size);
@@ -311,15 +338,79 @@ static Work alltoall_op(detail::Context& c, bool blocking, const void* in, void*
   if (overlap(in, total, out, total)) fail("{}: input and output must not overlap", what);
   in = nonnull(in);
   out = nonnull(out);
+  auto a = detail::alltoallv_args(what, c.size, t, std::vector<std::size_t>(c.size, count), {},
+                                  std::vector<std::size_t>(c.size, count), {});
   return start(c, blocking, what, place, fingerprint(Kind::Alltoall, t, count), total, {in, total, out, total},
-               [&c, count, t](const void* i, void* o) { c.backend->alltoall(i, o, count, t); });
+               [a = std::move(a), count, t](collectives::Backend& be, const void* i, void* o) {
+                 be.alltoallv(i, o, a.layout(count), t);
+               },
+               {}, name);
+}
+
+static Work alltoallv_op(detail::Context& c, bool blocking, const void* in, const std::vector<std::size_t>& sc,
+                         const std::vector<std::size_t>& so, void* out, const std::vector<std::size_t>& rc,
+                         const std::vector<std::size_t>& ro, DType t, const Place& place) {
+  const char* what = "alltoallv";
+  check_dtype_op(what, t, Op::Sum, false);
+  auto a = detail::alltoallv_args(what, c.size, t, sc, so, rc, ro);
+  if (!place.on_host())
+    fail("{}: buffers in CUDA memory are not supported yet (alltoall's equal blocks are); stage them in host "
+         "memory", what);
+  const std::size_t es = dtype_size(t), in_bytes = a.in_elements * es, out_bytes = a.out_elements * es;
+  check_buffer(what, "input", in, in_bytes);
+  check_buffer(what, "output", out, out_bytes);
+  if (overlap(in, in_bytes, out, out_bytes)) fail("{}: input and output must not overlap", what);
+  in = nonnull(in);
+  out = nonnull(out);
+  return start(c, blocking, what, place, fingerprint(Kind::Alltoallv, t, 0), in_bytes,
+               {in, in_bytes, out, out_bytes},
+               [&c, a = std::move(a), t](collectives::Backend& be, const void* i, void* o) {
+                 const std::size_t longest = detail::agree_alltoallv_counts(c, be, a);
+                 be.alltoallv(i, o, a.layout(longest), t);
+               });
 }
 
 void Communicator::alltoall(const void* in, void* out, std::size_t count, DType t, const Place& place) {
   alltoall_op(ctx_of(ctx_), true, in, out, count, t, place);
 }
-Work Communicator::alltoall_async(const void* in, void* out, std::size_t count, DType t, const Place& place) {
-  return alltoall_op(ctx_of(ctx_), false, in, out, count, t, place);
+Work Communicator::alltoall_async(const void* in, void* out, std::size_t count, DType t, const Place& place,
+                                  const std::string& name) {
+  return alltoall_op(ctx_of(ctx_), false, in, out, count, t, place, name);
+}
+
+void Communicator::set_joined(bool on) {
+  auto& c = ctx_of(ctx_);
+  c.engine.check();
+  c.named_channel().set_joined(on);
+}
+void Communicator::alltoallv(const void* in, const std::vector<std::size_t>& send_counts,
+                             const std::vector<std::size_t>& send_offsets, void* out,
+                             const std::vector<std::size_t>& recv_counts,
+                             const std::vector<std::size_t>& recv_offsets, DType t, const Place& place) {
+  alltoallv_op(ctx_of(ctx_), true, in, send_counts, send_offsets, out, recv_counts, recv_offsets, t, place);
+}
+Work Communicator::alltoallv_async(const void* in, const std::vector<std::size_t>& send_counts,
+                                   const std::vector<std::size_t>& send_offsets, void* out,
+                                   const std::vector<std::size_t>& recv_counts,
+                                   const std::vector<std::size_t>& recv_offsets, DType t, const Place& place) {
+  return alltoallv_op(ctx_of(ctx_), false, in, send_counts, send_offsets, out, recv_counts, recv_offsets, t, place);
+}
+
+std::vector<std::size_t> Communicator::alltoallv_counts(const std::vector<std::size_t>& send_counts) {
+  auto& c = ctx_of(ctx_);
+  if (send_counts.size() != static_cast<std::size_t>(c.size))
+    fail("alltoallv_counts: send counts has {} entries but the communicator has {} ranks", send_counts.size(),
+         c.size);
+  static_assert(sizeof(std::size_t) == sizeof(std::int64_t), "counts travel as i64");
+  std::vector<std::size_t> recv_counts(c.size);
+  alltoall_op(c, true, send_counts.data(), recv_counts.data(), 1, DType::I64, {});
+  return recv_counts;
+}
+
+void Communicator::check_sum(const char* what, std::size_t have, const std::vector<std::size_t>& counts) const {
+  std::size_t sum = 0;
+  for (std::size_t n : counts) sum += n;
+  if (have != sum) fail("{}: the input vector holds {} elements but the send counts add up to {}", what, have, sum);
 }
 
 // ---- barrier ------------------------------------------------------------------

@@ -14,8 +14,11 @@ EQUIVALENT_DEFAULTS = {
     "Compression.none": ["None", "<class 'kolo.compression.NoneCompressor'>"],
 }
 
-ORDER = ("kolo matches collectives by call order, not by name (as NCCL and DDP): `name=` is "
-         "accepted and labels the collective in the timeline")
+ORDER = ("`horovod.torch`'s named operations (`name=` on allreduce, allgather, broadcast, "
+         "reducescatter) are negotiated as Horovod's are: ranks may issue them in any order, and a "
+         "second in-flight operation of one name is a `ValueError`. Unnamed ones, and every "
+         "collective of `kolo.tensorflow`, are matched by call order (as NCCL and DDP); there "
+         "`name=` labels the collective in the timeline")
 
 PROCESS_SET = ("a kolo process set is a list of global ranks; Horovod's `ranks_or_comm` also takes "
                "an mpi4py communicator, which kolo cannot use (no MPI inside kolo): pass "

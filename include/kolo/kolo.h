@@ -87,6 +87,14 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A named operation issued while another of the same name is in flight on
+// this rank (Horovod's duplicate-name error; Python: a ValueError). Only this
+// rank gets it, nothing is queued, and the communicator remains usable.
+class DuplicateNameError : public Error {
+ public:
+  using Error::Error;
+};
+
 // How every kolo message starts: "kolo rank R: " (R: this process's rank in
 // its last init()), "kolo: " before init(). For libraries over kolo
 // (kolo_torch) whose own errors should name the rank the same way.
@@ -152,45 +160,88 @@ class Communicator {
 
   // `shape` (allreduce, broadcast, reduce_scatter): see Shape above.
   // `place`: where the buffers live (Place above); host memory by default.
+  // `name` (the *_async calls): a named operation (Horovod's name=), host
+  // memory only. Ranks may issue named operations in any order: kolo
+  // negotiates one order, as Horovod's controller does, and runs each once
+  // every rank has issued it; named and unnamed calls never wait for each
+  // other. A name already in flight on this rank is DuplicateNameError. Ranks
+  // issuing one name with different arguments get the mismatch error for it
+  // on every rank, and the communicator remains usable. Empty: unnamed,
+  // matched by call order (the direct path).
 
   // out[i] = in_0[i] op in_1[i] op ... ; in == out is in place.
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {},
                  const Place& place = {});
   Work allreduce_async(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {},
-                       const Place& place = {});
+                       const Place& place = {},
+             const std::string& name = {});
 
   // data from root to every rank, in place.
   void broadcast(void* data, std::size_t count, DType t, int root, const Shape& shape = {},
                  const Place& place = {});
   Work broadcast_async(void* data, std::size_t count, DType t, int root, const Shape& shape = {},
-                       const Place& place = {});
+                       const Place& place = {},
+             const std::string& name = {});
 
   // out = concat over ranks of in (count elements each); out holds size()*count.
   // In place when in == out + rank()*count.
   void allgather(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
-  Work allgather_async(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
+  Work allgather_async(const void* in, void* out, std::size_t count, DType t, const Place& place = {},
+             const std::string& name = {});
 
   // Per-rank sizes: rank r contributes counts[r] elements; out holds their sum,
   // rank blocks in rank order. counts must be the same vector on every rank.
   void allgatherv(const void* in, void* out, const std::vector<std::size_t>& counts, DType t,
                   const Place& place = {});
   Work allgatherv_async(const void* in, void* out, const std::vector<std::size_t>& counts,
-                        DType t, const Place& place = {});
+                        DType t, const Place& place = {},
+             const std::string& name = {});
 
   // in holds size()*count elements; rank r receives block r of the reduction.
   // In place when out == in + rank()*count.
   void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op, const Shape& shape = {},
                       const Place& place = {});
   Work reduce_scatter_async(const void* in, void* out, std::size_t count, DType t, Op op,
-                            const Shape& shape = {}, const Place& place = {});
+                            const Shape& shape = {}, const Place& place = {},
+             const std::string& name = {});
 
   // in and out hold size()*count elements; block j of in goes to rank j, and
   // block j of out comes from rank j. in and out must not overlap.
   void alltoall(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
-  Work alltoall_async(const void* in, void* out, std::size_t count, DType t, const Place& place = {});
+  Work alltoall_async(const void* in, void* out, std::size_t count, DType t, const Place& place = {},
+             const std::string& name = {});
+
+  // Uneven blocks (MPI_Alltoallv), counts and offsets in elements: block j of
+  // in (send_counts[j] elements from send_offsets[j]) goes to rank j, and
+  // block j of out (recv_counts[j] elements at recv_offsets[j]) comes from
+  // rank j. Empty offsets: the blocks lie packed in rank order. Zero counts
+  // are fine. Rank i's send_counts[j] must equal rank j's recv_counts[i]: the
+  // ranks exchange their counts inside the call, and a disagreement is an
+  // error on every rank naming both ranks and counts (nothing moved; the
+  // communicator stays usable). in and out must not overlap, nor out's
+  // blocks each other. Host memory only for now: a CUDA place is an error.
+  void alltoallv(const void* in, const std::vector<std::size_t>& send_counts,
+                 const std::vector<std::size_t>& send_offsets, void* out,
+                 const std::vector<std::size_t>& recv_counts, const std::vector<std::size_t>& recv_offsets,
+                 DType t, const Place& place = {});
+  Work alltoallv_async(const void* in, const std::vector<std::size_t>& send_counts,
+                       const std::vector<std::size_t>& send_offsets, void* out,
+                       const std::vector<std::size_t>& recv_counts, const std::vector<std::size_t>& recv_offsets,
+                       DType t, const Place& place = {});
+  // What each rank sends this one, from what this one sends each rank
+  // (Horovod's alltoall, where only the sender gives the splits): element j
+  // of the result is rank j's send_counts[this rank]. A blocking collective
+  // (an alltoall of the counts), to size the output before alltoallv.
+  std::vector<std::size_t> alltoallv_counts(const std::vector<std::size_t>& send_counts);
 
   void barrier();
   Work barrier_async();
+
+  // Horovod's join() for named operations: while on, this rank takes part,
+  // with zeros, in every named allreduce the other ranks issue (without
+  // issuing it), and a named operation of another kind that the other ranks
+  // issue fails on each of them. Unnamed calls are not affected.
+  void set_joined(bool on);
 
   // Subgroups: a communicator over some of this one's ranks, with its own
   // engine, store key space and transport (shared memory where its ranks
@@ -271,6 +322,21 @@ class Communicator {
     check_length("alltoall", "output", out.size(), in.size());
     alltoall(in.data(), out.data(), in.size() / scale(), dtype_of<T>::value);
   }
+  // send_counts[j] elements of in (packed in rank order) go to rank j;
+  // returns what arrived, rank by rank, and what each rank sent in
+  // *recv_counts when given.
+  template <class T>
+  std::vector<T> alltoallv(const std::vector<T>& in, const std::vector<std::size_t>& send_counts,
+                           std::vector<std::size_t>* recv_counts = nullptr) {
+    check_sum("alltoallv", in.size(), send_counts);
+    std::vector<std::size_t> got = alltoallv_counts(send_counts);
+    std::size_t total = 0;
+    for (std::size_t n : got) total += n;
+    std::vector<T> out(total);
+    alltoallv(in.data(), send_counts, {}, out.data(), got, {}, dtype_of<T>::value);
+    if (recv_counts != nullptr) *recv_counts = std::move(got);
+    return out;
+  }
 
   bool valid() const { return ctx_ != nullptr; }
 
@@ -279,6 +345,7 @@ class Communicator {
   // Throw kolo::Error naming the collective, the buffer and both lengths.
   void check_length(const char* what, const char* which, std::size_t have, std::size_t need) const;
   void check_blocks(const char* what, const char* which, std::size_t have) const;
+  void check_sum(const char* what, std::size_t have, const std::vector<std::size_t>& counts) const;
   // split() and subgroup(); `list`: subgroup's list (checked equal on every rank).
   Communicator split_as(int color, int key, const std::vector<int>* list);
   // The communicator of `members` (ranks of this one, in order), this rank

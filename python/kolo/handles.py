@@ -3,8 +3,9 @@
 A handle owns the kolo Work, every buffer the C++ side reads or writes (kept
 alive until the Work completes) and a ``finish`` callable that turns the
 completed buffers into the result (copy back, scale, decompress, trim).
-kolo runs collectives in the order they were issued, so handles may be
-synchronized in any order.
+kolo runs unnamed collectives in the order they were issued and named ones
+as soon as every rank has issued them, so handles may be synchronized in any
+order (but a named allgather's data moves at its synchronize: torch/collectives.py).
 """
 import itertools
 

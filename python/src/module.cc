@@ -5,8 +5,8 @@
 // array.ctypes.data/size, so one build serves every torch release. Everything
 // that needs torch lives in Python (kolo/torch/).
 //
-// Python API (all collectives are issued by every rank in the same order;
-// kolo matches them by call order, not by name):
+// Python API (unnamed collectives are issued by every rank in the same order
+// and matched by call order; named ones in any order, negotiated):
 //
 //   kolo._C.init() -> Communicator          collective over the job (kolorun,
 //                                           mpirun, srun, torchrun variables)
@@ -31,8 +31,14 @@
 //     reduce_scatter(in_ptr, out_ptr, count, dtype, op, shape=[])   in holds size*count
 //       shape: the tensor's shape, checked across ranks with the call (kolo.h)
 //     alltoall(in_ptr, out_ptr, count, dtype)              both hold size*count
+//     alltoallv(in_ptr, send_counts, send_offsets, out_ptr, recv_counts, recv_offsets, dtype)
+//       uneven blocks, in elements (offsets [] : packed); host memory only
+//     alltoallv_counts(send_counts) -> list[int]   what each rank sends this one
 //     barrier()
-//     each also as <name>_async(...) -> Work
+//     set_joined(on)   Horovod's join() for named operations (kolo.h)
+//     each also as <name>_async(..., name="") -> Work; name: a named operation,
+//       negotiated among ranks as Horovod's (kolo.h); kolo._C.DuplicateNameError
+//       (a ValueError) when the name is in flight on this rank
 //     split(color, key=0) -> Communicator     collective over this communicator,
 //                                           as MPI_Comm_split; color < 0 (UNDEFINED):
 //                                           no group, an invalid Communicator
@@ -93,7 +99,8 @@ std::size_t cnt(std::int64_t n) {
   if (n < 0) throw kolo::Error("kolo: negative element count " + std::to_string(n));
   return static_cast<std::size_t>(n);
 }
-std::vector<std::size_t> counts(const std::vector<std::int64_t>& v) {
+using Counts = std::vector<std::int64_t>;
+std::vector<std::size_t> counts(const Counts& v) {
   std::vector<std::size_t> r;
   r.reserve(v.size());
   for (auto n : v) r.push_back(cnt(n));
@@ -111,6 +118,8 @@ kolo::Place where(int device, Ptr stream) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "kolo's C++ core: collectives on raw buffers (see python/src/module.cc)";
   py::register_exception<kolo::Error>(m, "Error", PyExc_RuntimeError);
+  // Horovod raises ValueError for a name already in flight (kolo.h).
+  py::register_exception<kolo::DuplicateNameError>(m, "DuplicateNameError", PyExc_ValueError);
 
   m.attr("F32") = static_cast<int>(kolo::DType::F32);
   m.attr("F64") = static_cast<int>(kolo::DType::F64);
@@ -172,56 +181,72 @@ PYBIND11_MODULE(_C, m) {
            }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{}, "device"_a = -1,
            "stream"_a = Ptr{0})
       .def("allreduce_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s, int d, Ptr st) {
-             return c.allreduce_async(cin(i), out(o), cnt(n), dt(t), op(r), s, where(d, st));
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s, int d, Ptr st, const std::string& nm) {
+             return c.allreduce_async(cin(i), out(o), cnt(n), dt(t), op(r), s, where(d, st), nm);
            }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{}, "device"_a = -1,
-           "stream"_a = Ptr{0})
+           "stream"_a = Ptr{0}, "name"_a = std::string())
       .def("broadcast",
            [](C& c, Ptr p, std::int64_t n, int t, int root, const Shape& s, int d, Ptr st) {
              c.broadcast(out(p), cnt(n), dt(t), root, s, where(d, st));
            }, Release(), "data"_a, "count"_a, "dtype"_a, "root"_a, "shape"_a = Shape{}, "device"_a = -1,
            "stream"_a = Ptr{0})
       .def("broadcast_async",
-           [](C& c, Ptr p, std::int64_t n, int t, int root, const Shape& s, int d, Ptr st) {
-             return c.broadcast_async(out(p), cnt(n), dt(t), root, s, where(d, st));
+           [](C& c, Ptr p, std::int64_t n, int t, int root, const Shape& s, int d, Ptr st, const std::string& nm) {
+             return c.broadcast_async(out(p), cnt(n), dt(t), root, s, where(d, st), nm);
            }, Release(), "data"_a, "count"_a, "dtype"_a, "root"_a, "shape"_a = Shape{}, "device"_a = -1,
-           "stream"_a = Ptr{0})
+           "stream"_a = Ptr{0}, "name"_a = std::string())
       .def("allgather",
            [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st) {
              c.allgather(cin(i), out(o), cnt(n), dt(t), where(d, st));
            }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("allgather_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st) {
-             return c.allgather_async(cin(i), out(o), cnt(n), dt(t), where(d, st));
-           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st, const std::string& nm) {
+             return c.allgather_async(cin(i), out(o), cnt(n), dt(t), where(d, st), nm);
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0}, "name"_a = std::string())
       .def("allgatherv",
            [](C& c, Ptr i, Ptr o, const std::vector<std::int64_t>& ns, int t, int d, Ptr st) {
              c.allgatherv(cin(i), out(o), counts(ns), dt(t), where(d, st));
            }, Release(), "in"_a, "out"_a, "counts"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("allgatherv_async",
-           [](C& c, Ptr i, Ptr o, const std::vector<std::int64_t>& ns, int t, int d, Ptr st) {
-             return c.allgatherv_async(cin(i), out(o), counts(ns), dt(t), where(d, st));
-           }, Release(), "in"_a, "out"_a, "counts"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
+           [](C& c, Ptr i, Ptr o, const std::vector<std::int64_t>& ns, int t, int d, Ptr st, const std::string& nm) {
+             return c.allgatherv_async(cin(i), out(o), counts(ns), dt(t), where(d, st), nm);
+           }, Release(), "in"_a, "out"_a, "counts"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0}, "name"_a = std::string())
       .def("reduce_scatter",
            [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s, int d, Ptr st) {
              c.reduce_scatter(cin(i), out(o), cnt(n), dt(t), op(r), s, where(d, st));
            }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{}, "device"_a = -1,
            "stream"_a = Ptr{0})
       .def("reduce_scatter_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s, int d, Ptr st) {
-             return c.reduce_scatter_async(cin(i), out(o), cnt(n), dt(t), op(r), s, where(d, st));
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int r, const Shape& s, int d, Ptr st, const std::string& nm) {
+             return c.reduce_scatter_async(cin(i), out(o), cnt(n), dt(t), op(r), s, where(d, st), nm);
            }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "op"_a, "shape"_a = Shape{}, "device"_a = -1,
-           "stream"_a = Ptr{0})
+           "stream"_a = Ptr{0}, "name"_a = std::string())
       .def("alltoall",
            [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st) {
              c.alltoall(cin(i), out(o), cnt(n), dt(t), where(d, st));
            }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("alltoall_async",
-           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st) {
-             return c.alltoall_async(cin(i), out(o), cnt(n), dt(t), where(d, st));
-           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
+           [](C& c, Ptr i, Ptr o, std::int64_t n, int t, int d, Ptr st, const std::string& nm) {
+             return c.alltoall_async(cin(i), out(o), cnt(n), dt(t), where(d, st), nm);
+           }, Release(), "in"_a, "out"_a, "count"_a, "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0}, "name"_a = std::string())
+      .def("alltoallv",
+           [](C& c, Ptr i, const Counts& sc, const Counts& so, Ptr o, const Counts& rc, const Counts& ro, int t,
+              int d, Ptr st) {
+             c.alltoallv(cin(i), counts(sc), counts(so), out(o), counts(rc), counts(ro), dt(t), where(d, st));
+           }, Release(), "in"_a, "send_counts"_a, "send_offsets"_a, "out"_a, "recv_counts"_a, "recv_offsets"_a,
+           "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
+      .def("alltoallv_async",
+           [](C& c, Ptr i, const Counts& sc, const Counts& so, Ptr o, const Counts& rc, const Counts& ro, int t,
+              int d, Ptr st) {
+             return c.alltoallv_async(cin(i), counts(sc), counts(so), out(o), counts(rc), counts(ro), dt(t),
+                                      where(d, st));
+           }, Release(), "in"_a, "send_counts"_a, "send_offsets"_a, "out"_a, "recv_counts"_a, "recv_offsets"_a,
+           "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
+      .def("alltoallv_counts", [](C& c, const Counts& sc) { return c.alltoallv_counts(counts(sc)); }, Release(),
+           "send_counts"_a)
       .def("barrier", &C::barrier, Release())
       .def("barrier_async", &C::barrier_async, Release())
+      .def("set_joined", &C::set_joined, py::arg("on"), Release())
       .def("split", &C::split, py::arg("color"), py::arg("key") = 0, Release())
       .def("subgroup", &C::subgroup, py::arg("ranks"), Release())
       .def("group", &C::group, py::arg("ranks"), py::arg("name"), Release())

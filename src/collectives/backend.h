@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/blocks.h"
 #include "core/fingerprint.h"
 #include "kolo/kolo.h"
 
@@ -32,7 +33,8 @@ class Backend {
   virtual void allgatherv(const void* in, void* out, std::span<const std::size_t> counts,
                           DType t) = 0;
   virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) = 0;
-  virtual void alltoall(const void* in, void* out, std::size_t count, DType t) = 0;
+  // alltoall too (equal blocks): the layout was checked to agree across ranks.
+  virtual void alltoallv(const void* in, void* out, const AlltoallvLayout& l, DType t) = 0;
   virtual void barrier() = 0;
 };
 

@@ -8,7 +8,7 @@
 //           host has), the ranks of local index i on every host: a TcpMesh
 //           of H members (prefix <comm>/cross<i>), member h = host h. Cross
 //           mesh 0 joins the hosts' leaders (local index 0).
-//   flat    a TcpMesh of all ranks, built by the first alltoall only.
+//   flat    a TcpMesh of all ranks, built by the first alltoall(v) only.
 //
 // Unequal hosts (e.g. 2, 2, 1 ranks) work: the bandwidth-bound phases split
 // the data into `shards` pieces owned by the first `shards` ranks of every
@@ -39,7 +39,7 @@ struct Hier {
   bool host_major = false;  // ranks numbered host by host (host h's ranks follow host h-1's)
   std::unique_ptr<ShmGroup> local;
   std::unique_ptr<TcpMesh> cross;  // null when local_rank >= shards
-  std::unique_ptr<TcpMesh> flat;   // built by the first alltoall, with make_flat
+  std::unique_ptr<TcpMesh> flat;   // built by the first alltoall(v), with make_flat
   std::function<std::unique_ptr<TcpMesh>()> make_flat;
   Scratch scratch;
   // While a pipelined allreduce runs its rings on a thread of their own, the
@@ -61,7 +61,7 @@ void hier_allreduce_sharded(Hier& h, const void* in, void* out, std::size_t coun
 void hier_broadcast(Hier& h, void* data, std::size_t count, DType t, int root);
 void hier_allgatherv(Hier& h, const void* in, void* out, std::span<const std::size_t> counts, DType t);
 void hier_reduce_scatter(Hier& h, const void* in, void* out, std::size_t count, DType t, Op op);
-void hier_alltoall(Hier& h, const void* in, void* out, std::size_t count, DType t);
+void hier_alltoallv(Hier& h, const void* in, void* out, const AlltoallvLayout& l, DType t);
 void hier_barrier(Hier& h);
 
 }  // namespace kolo::collectives

@@ -4,15 +4,15 @@ namespace kolo::collectives {
 
 // Flat: every rank sends a distinct block to every other rank, so routing
 // through the leaders would only add copies. The mesh of all ranks is built
-// by the first alltoall (all ranks reach it at the same position, the
+// by the first alltoall(v) (all ranks reach it at the same position, the
 // collectives being ordered), not at init, since most jobs never call one.
 // A hierarchical barrier comes first: it carries this call's fingerprint
 // through the host groups and leaders, so ranks that called something else
 // get the mismatch error instead of waiting on a connection nobody serves.
-void hier_alltoall(Hier& h, const void* in, void* out, std::size_t count, DType t) {
+void hier_alltoallv(Hier& h, const void* in, void* out, const AlltoallvLayout& l, DType t) {
   hier_barrier(h);
   if (!h.flat) h.flat = h.make_flat();
-  tcp_alltoall(*h.flat, in, out, count, t);
+  tcp_alltoallv(*h.flat, in, out, l, t);
 }
 
 }  // namespace kolo::collectives

@@ -92,8 +92,8 @@ class HierBackend final : public Backend {
   void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) override {
     hier_reduce_scatter(h_, in, out, count, t, op);
   }
-  void alltoall(const void* in, void* out, std::size_t count, DType t) override {
-    hier_alltoall(h_, in, out, count, t);
+  void alltoallv(const void* in, void* out, const AlltoallvLayout& l, DType t) override {
+    hier_alltoallv(h_, in, out, l, t);
   }
   void barrier() override { hier_barrier(h_); }
 

@@ -25,8 +25,10 @@ class SelfBackend final : public Backend {
   void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op) override {
     copy(in, out, count * dtype_size(t));
   }
-  void alltoall(const void* in, void* out, std::size_t count, DType t) override {
-    copy(in, out, count * dtype_size(t));
+  void alltoallv(const void* in, void* out, const AlltoallvLayout& l, DType t) override {
+    const std::size_t es = dtype_size(t);
+    copy(static_cast<const char*>(in) + l.send.offsets[0] * es, static_cast<char*>(out) + l.recv.offsets[0] * es,
+         l.send.counts[0] * es);
   }
   void barrier() override {}
 };

@@ -37,8 +37,8 @@ class ShmBackend final : public Backend {
   void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) override {
     shm_reduce_scatter(g_, in, out, count, t, op);
   }
-  void alltoall(const void* in, void* out, std::size_t count, DType t) override {
-    shm_alltoall(g_, in, out, count, t);
+  void alltoallv(const void* in, void* out, const AlltoallvLayout& l, DType t) override {
+    shm_alltoallv(g_, in, out, l, t);
   }
   void barrier() override { g_.sync("barrier"); }
 

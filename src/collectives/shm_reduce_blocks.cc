@@ -13,7 +13,9 @@ void shm_reduce_blocks(ShmGroup& g, const void* in, void* out, std::span<const s
   const bool owner = static_cast<std::size_t>(r) < counts.size();
   auto* dst = static_cast<char*>(out);
   const void** srcs = g.sources();
-  shm_block_pieces_v(g, in, offsets, counts, es, "reduce (intra-host)",
+  // Every member has the same counts, so the same longest block.
+  const std::size_t longest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  shm_block_pieces_v(g, in, Blocks{offsets, counts}, longest, es, "reduce (intra-host)",
                      [&](std::uint64_t e, std::size_t at, std::size_t piece) {
                        if (!owner || at >= counts[r]) return;
                        for (int q = 0; q < n; ++q) srcs[q] = g.slot(q, e) + r * piece * es;

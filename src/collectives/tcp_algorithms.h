@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "collectives/blocks.h"
 #include "kolo/kolo.h"
 #include "transport/tcp_mesh.h"
 
@@ -22,12 +23,6 @@ struct Scratch {
     if (v.size() < bytes || v.empty()) v.resize(std::max<std::size_t>(bytes, 1));
     return v.data();
   }
-};
-
-// Where block i of a ring lives: elements [offsets[i], offsets[i] + counts[i]).
-struct Blocks {
-  std::span<const std::size_t> offsets;
-  std::span<const std::size_t> counts;
 };
 
 // Ring reduce-scatter in place over `work`: afterwards rank r holds block r
@@ -49,7 +44,8 @@ void tcp_allgatherv(TcpMesh& m, const void* in, void* out, std::span<const std::
                     DType t);
 void tcp_reduce_scatter(TcpMesh& m, Scratch& s, const void* in, void* out, std::size_t count,
                         DType t, Op op);
-void tcp_alltoall(TcpMesh& m, const void* in, void* out, std::size_t count, DType t);
+// Pairwise exchange of blocks of any size (alltoall: equal ones).
+void tcp_alltoallv(TcpMesh& m, const void* in, void* out, const AlltoallvLayout& l, DType t);
 void tcp_barrier(TcpMesh& m);
 
 }  // namespace kolo::collectives

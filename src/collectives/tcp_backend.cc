@@ -39,8 +39,8 @@ class TcpBackend final : public Backend {
   void reduce_scatter(const void* in, void* out, std::size_t count, DType t, Op op) override {
     tcp_reduce_scatter(mesh_, scratch_, in, out, count, t, op);
   }
-  void alltoall(const void* in, void* out, std::size_t count, DType t) override {
-    tcp_alltoall(mesh_, in, out, count, t);
+  void alltoallv(const void* in, void* out, const AlltoallvLayout& l, DType t) override {
+    tcp_alltoallv(mesh_, in, out, l, t);
   }
   void barrier() override { tcp_barrier(mesh_); }
 

@@ -13,6 +13,7 @@ const char* kind_name(Kind k) {
     case Kind::Allgatherv: return "allgatherv";
     case Kind::ReduceScatter: return "reduce_scatter";
     case Kind::Alltoall: return "alltoall";
+    case Kind::Alltoallv: return "alltoallv";
     case Kind::Barrier: return "barrier";
   }
   return "?";
@@ -35,6 +36,7 @@ std::string Fingerprint::call(bool shape) const {
     case Kind::Allreduce:
     case Kind::ReduceScatter:
       return fmt::format("{}({}, {}, {})", kind_name(kind), dtype_name(dtype), count, op_name(op));
+    case Kind::Alltoallv: return fmt::format("alltoallv({})", dtype_name(dtype));
     case Kind::Allgatherv:
       return fmt::format("allgatherv({}, {} in total, counts hash {:016x})", dtype_name(dtype), count, extra);
     default: return fmt::format("{}({}, {})", kind_name(kind), dtype_name(dtype), count);

@@ -13,7 +13,9 @@
 
 namespace kolo {
 
-enum class Kind : std::uint8_t { Allreduce, Broadcast, Allgather, Allgatherv, ReduceScatter, Alltoall, Barrier };
+// Alltoallv's count is 0: its ranks' counts differ by design and are checked
+// by an exchange of their own (Communicator::alltoallv).
+enum class Kind : std::uint8_t { Allreduce, Broadcast, Allgather, Allgatherv, ReduceScatter, Alltoall, Alltoallv, Barrier };
 // "allreduce", "reduce_scatter", ...: errors and the timeline name collectives so.
 const char* kind_name(Kind k);
 

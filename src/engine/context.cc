@@ -80,11 +80,39 @@ void Context::reject_collective(const MismatchError& e) {
                       "the communicator remains usable)");
 }
 
+NamedChannel& Context::named_channel() {
+  std::lock_guard lk(named_mu);
+  if (!named) named = std::make_unique<NamedChannel>(*this);
+  return *named;
+}
+
+void Context::abort_ordered(const std::string& reason) {
+  engine.poison(reason);
+  if (backend) backend->abort(reason);
+}
+
 void Context::fail_collective(const Error& e, bool first_hand) {
-  std::string msg = e.what();
   if (store) {
     try {
       post_verdict("failed");
+    } catch (const std::exception&) {
+      // The store may be gone with the rank that hosted it.
+    }
+  }
+  const std::string msg = report_failure(e, first_hand);
+  if (backend) backend->abort(msg);
+  {
+    std::lock_guard lk(named_mu);
+    if (named) named->abort(msg);
+  }
+  if (first_hand) throw Error(msg);
+  throw IoError(msg);
+}
+
+std::string Context::report_failure(const Error& e, bool first_hand) {
+  std::string msg = e.what();
+  if (store) {
+    try {
       if (first_hand) {
         store->set(fmt::format("{}/error/{}", prefix, rank), msg);
       } else {
@@ -115,9 +143,7 @@ void Context::fail_collective(const Error& e, bool first_hand) {
       // The store may be gone with the rank that hosted it: report what we know.
     }
   }
-  if (backend) backend->abort(msg);
-  if (first_hand) throw Error(msg);
-  throw IoError(msg);
+  return msg;
 }
 
 }  // namespace kolo::detail

@@ -37,6 +37,7 @@
 #include "collectives/backend.h"
 #include "core/rejected.h"
 #include "engine/engine.h"
+#include "engine/named_channel.h"
 #include "engine/timeline.h"
 #include "rendezvous/hosted_store.h"
 #include "rendezvous/store.h"
@@ -85,6 +86,10 @@ struct Context {
   // and before the engine: it runs when every queued collective has finished,
   // while the store rank 0 may host is still up.
   std::unique_ptr<timeline::Attachment> timeline;
+  // Named operations (engine/named_channel.h), made at the first one.
+  std::mutex named_mu;
+  std::unique_ptr<NamedChannel> named;
+  NamedChannel& named_channel();
   Engine engine;  // declared last: destroyed first, so queued work finishes before the backend goes
 
   Work make_work(std::shared_ptr<WorkState> s) { return Work(std::move(s)); }
@@ -98,6 +103,13 @@ struct Context {
   // up or aborted) is explained with what the peers posted. Then the backend
   // aborts so that peers waiting on us fail now, and the error is rethrown.
   [[noreturn]] void fail_collective(const Error& e, bool first_hand);
+  // The store part of a failure (fail_collective's without the verdict): posts
+  // a first-hand error, or explains a consequence with what peers posted;
+  // returns the message. For the named channel, whose failures are its own.
+  std::string report_failure(const Error& e, bool first_hand);
+  // The named channel failed: the ordered path fails too (marks the engine
+  // broken; peers waiting on this rank there fail now).
+  void abort_ordered(const std::string& reason);
   // This rank caught a mismatch at the fingerprint check. If every rank did,
   // rebuilds the backend and throws RejectedError; otherwise fail_collective.
   [[noreturn]] void reject_collective(const MismatchError& e);

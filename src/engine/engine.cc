@@ -20,6 +20,11 @@ bool Engine::broken() {
   return !broken_.empty();
 }
 
+void Engine::poison(const std::string& why) {
+  std::lock_guard lk(mu_);
+  if (broken_.empty()) broken_ = why;
+}
+
 void Engine::check_usable() {
   if (!broken_.empty())
     throw Error(rank_prefix() + "communicator is unusable after an earlier failure: " + broken_);

@@ -28,6 +28,9 @@ struct WorkState {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  // Called before a caller waits or polls: the named channel announces the
+  // operations it holds (engine/named_channel.h). Empty on the ordered path.
+  std::function<void()> on_wait;
 };
 
 class Engine {
@@ -63,9 +66,17 @@ class Engine {
   }
 
   static void wait(WorkState& s);
+  // Throws the earlier failure, if there was one.
+  void check() {
+    std::lock_guard lk(mu_);
+    check_usable();
+  }
 
   // A collective has failed: every later call fails (the peers may be gone).
   bool broken();
+  // Another part of the communicator (the named channel) failed: every later
+  // call fails with `why`, as after a failed collective.
+  void poison(const std::string& why);
 
  private:
   void check_usable();  // caller holds mu_

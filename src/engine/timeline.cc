@@ -3,6 +3,7 @@
 #include "engine/timeline.h"
 
 #include <mutex>
+#include <utility>
 
 #include "engine/context.h"
 #include "engine/timeline_writer.h"

@@ -347,6 +347,10 @@ void StoreServer::Impl::accept_all() {
       return;
     }
     set_nodelay(fd);
+    // A peer behind a link that went down sends no FIN: without probes its
+    // connection would look open for ever, and a retired store would wait
+    // out all of KOLO_STORE_LINGER_MS for it at exit.
+    set_keepalive(fd);
     Conn c;
     c.fd = Fd(fd);
     c.peer = address_text(reinterpret_cast<sockaddr*>(&ss), /*with_port=*/true);

@@ -229,6 +229,10 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   auto published = [&] { return f.epoch.load(std::memory_order_acquire) >= e; };
   auto check_aborted = [&] {
     if (f.aborted.load(std::memory_order_acquire) && !published()) fail_aborted(peer, what);
+    // Aborted from another thread (a communicator closed with a named
+    // operation still waiting for its peers: engine/named_channel.h).
+    if (flags_[rank_].aborted.load(std::memory_order_relaxed) == kAborted)
+      fail_io("{}: this rank aborted the collective while it waited for {}", what, members_.name(peer));
   };
   const int spins = overlaps_caller ? spins_.overlapped : spins_.blocking;
   for (int i = 0; i < spins; ++i) {

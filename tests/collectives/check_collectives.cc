@@ -5,7 +5,7 @@
 // mpirun); prints "collectives: N checks passed, M failed" and exits 1 on any
 // failure.
 //
-//   check_collectives [--large] [--huge] [--filter allreduce] [--expect-transport hier] [--cuda]
+//   check_collectives [--large] [--huge] [--filter allreduce|alltoallv|...] [--expect-transport hier] [--cuda]
 // --cuda runs every check on CUDA memory of GPU local_rank % devices
 // (memory.h): exit code 77 (skipped) on every rank where no GPU can be used.
 // --huge adds 256 MiB messages (allreduce, allgather). --expect-gpu-transport
@@ -222,6 +222,79 @@ Job alltoall_job(Communicator& c, DType t, std::size_t count) {
           }};
 }
 
+// alltoallv's counts: how many elements rank `src` sends rank `dst`, around
+// `base`. Zero where it matters most: rank 1 receives nothing at all, and
+// rank 0 sends nothing to the last rank (3 ranks or more).
+std::size_t a2av_count(int src, int dst, int n, std::size_t base) {
+  if (n > 1 && dst == 1) return 0;
+  if (n > 2 && src == 0 && dst == n - 1) return 0;
+  return base + static_cast<std::size_t>((src * 3 + dst * 5) % 7);
+}
+
+// The value of element i of the block rank src sends rank dst: small
+// integers (exact in every type) that tell sender, receiver and position apart.
+double a2av_value(int src, int dst, std::size_t i) {
+  return static_cast<double>((src * 31 + dst * 17 + i * 5 + 1) % 97);
+}
+
+// alltoallv with the counts above and blocks laid out apart from rank
+// order: send blocks in reverse rank order with 3 elements between them,
+// receive blocks in rank order with 2 between them. The expected output
+// (computed here from the counts and values) leaves every element outside
+// the blocks as it was; `packed` passes no offsets (blocks back to back).
+Job alltoallv_job(Communicator& c, DType t, std::size_t base, bool packed) {
+  const int n = c.size(), r = c.rank();
+  const std::size_t gap_in = packed ? 0 : 3, gap_out = packed ? 0 : 2;
+  std::vector<std::size_t> send(n), send_off(n), recv(n), recv_off(n);
+  std::size_t in_len = 0, out_len = 0;
+  for (int k = 0; k < n; ++k) {
+    const int q = packed ? k : n - 1 - k;
+    send[q] = a2av_count(r, q, n, base);
+    send_off[q] = in_len;
+    in_len += send[q] + gap_in;
+  }
+  for (int q = 0; q < n; ++q) {
+    recv[q] = a2av_count(q, r, n, base);
+    recv_off[q] = out_len;
+    out_len += recv[q] + gap_out;
+  }
+  auto in = std::make_shared<Buf>(t, in_len), out = std::make_shared<Buf>(t, out_len),
+       want = std::make_shared<Buf>(t, out_len);
+  for (int q = 0; q < n; ++q) {
+    for (std::size_t i = 0; i < send[q]; ++i) put(t, in->data(), send_off[q] + i, a2av_value(r, q, i));
+    for (std::size_t i = 0; i < recv[q]; ++i) put(t, want->data(), recv_off[q] + i, a2av_value(q, r, i));
+  }
+  if (packed) send_off.clear(), recv_off.clear();
+  return {"alltoallv",
+          [=, &c](bool async) {
+            if (async) return c.alltoallv_async(in->data(), send, send_off, out->data(), recv, recv_off, t);
+            c.alltoallv(in->data(), send, send_off, out->data(), recv, recv_off, t);
+            return Work();
+          },
+          [=] { return out->same(*want, out->bytes.size()); }};
+}
+
+// Horovod's form, on vectors: only the senders give counts; every rank
+// learns what it receives (alltoallv_counts) and gets it back.
+void check_alltoallv_vectors(Checker& ck) {
+  Communicator& c = ck.comm;
+  const int n = c.size(), r = c.rank();
+  std::vector<std::size_t> send(n);
+  std::vector<std::int32_t> in, want;
+  for (int q = 0; q < n; ++q) {
+    send[q] = a2av_count(r, q, n, 4);
+    for (std::size_t i = 0; i < send[q]; ++i) in.push_back(static_cast<std::int32_t>(a2av_value(r, q, i)));
+  }
+  std::vector<std::size_t> want_counts(n);
+  for (int q = 0; q < n; ++q) {
+    want_counts[q] = a2av_count(q, r, n, 4);
+    for (std::size_t i = 0; i < want_counts[q]; ++i) want.push_back(static_cast<std::int32_t>(a2av_value(q, r, i)));
+  }
+  std::vector<std::size_t> got_counts;
+  const std::vector<std::int32_t> got = c.alltoallv(in, send, &got_counts);
+  ck.verdict(got == want && got_counts == want_counts, "alltoallv(vector<i32>, send counts only)");
+}
+
 // Runs jobs blocking one by one, then all of them asynchronously at once.
 void run_both_ways(Checker& ck, std::vector<std::pair<std::string, std::function<Job()>>> makers) {
   for (bool async : {false, true}) {
@@ -362,10 +435,17 @@ int main(int argc, char** argv) {
         if (want("alltoall"))
           batch.push_back({fmt::format("alltoall({}, count={})", dtype_name(t), count),
                            [&, t, count] { return alltoall_job(comm, t, count); }});
+        // alltoallv takes host memory only (kolo.h): not run on CUDA memory.
+        if (want("alltoallv") && !test::on_cuda())
+          for (bool packed : {false, true})
+            batch.push_back({fmt::format("alltoallv({}, blocks of about {}{})", dtype_name(t), count,
+                                         packed ? ", packed" : ""),
+                             [&, t, count, packed] { return alltoallv_job(comm, t, count, packed); }});
         run_both_ways(ck, std::move(batch));
       }
     }
-    if (want("bitwise")) check_bit_identical(ck, 3 * 65536 + 7);  // several chunks of every type
+    if (want("bitwise")) check_bit_identical(ck, 3 * 65536 + 7);
+    if (want("alltoallv") && !test::on_cuda()) check_alltoallv_vectors(ck);  // several chunks of every type
 
     if (large) {
       // >= 64 MiB messages: one type per collective (f32), plus bf16 averaging.
@@ -383,6 +463,8 @@ int main(int argc, char** argv) {
         batch.push_back({"reduce_scatter(f32, 64 MiB input)", [&] { return reduce_scatter_job(comm, DType::F32, Op::Max, big / n, false); }});
       if (want("alltoall"))
         batch.push_back({"alltoall(f32, 64 MiB)", [&] { return alltoall_job(comm, DType::F32, big / n); }});
+      if (want("alltoallv") && !test::on_cuda())
+        batch.push_back({"alltoallv(f32, about 64 MiB)", [&] { return alltoallv_job(comm, DType::F32, big / n / n, false); }});
       run_both_ways(ck, std::move(batch));
     }
     if (huge) {

@@ -67,6 +67,8 @@ for t in shm tcp hier-aab hier-abb; do
   check $t vector "broadcast(f32, 999, root=0)" "broadcast(f32, 1000, root=0)"
   check $t shape "allreduce(f32, 1000, sum, shape hash $(shape_hash 10 100))" \
     "allreduce(f32, 1000, sum, shape hash $(shape_hash 1000))"
+  check $t alltoallv "rank 2 sends 3 elements to rank 1" "but rank 1 expects 4 from rank 2"
+  check $t alltoallv_call "alltoall(f32, 3)" "alltoallv(f32)"
   ) > "$dir/$t.log" 2>&1 &
 done
 wait
@@ -78,26 +80,31 @@ done
 # two ranks over TCP) the communicator remains usable; where a rank may see
 # only its neighbour fail (a TCP ring of three, the hierarchy) it must be
 # unusable and kolo::init() form a new one. Either way correct collectives follow.
-recover() {  # transport np expected ("recovered" or "recovered|reformed")
-  local transport=$1 np=$2 want=$3 kolo_transport=$1 wrap=()
+recover() {  # transport np expected ("recovered" or "recovered|reformed") [mode]
+  local transport=$1 np=$2 want=$3 mode=${4:-recover} kolo_transport=$1 wrap=()
   case $transport in
     hier-*) kolo_transport=auto wrap=("$(dirname "$0")/as_host.sh" "$(sed 's/hier-//; s/./& /g' <<< "$transport")") ;;
   esac
-  KOLO_TRANSPORT=$kolo_transport timeout 300 "$KOLORUN" -np "$np" "${wrap[@]}" "$BIN" recover > "$out" 2>&1
+  KOLO_TRANSPORT=$kolo_transport timeout 300 "$KOLORUN" -np "$np" "${wrap[@]}" "$BIN" "$mode" > "$out" 2>&1
   local rc=$? ok=1
   [ $rc -eq 0 ] || { echo "FAILED recover $transport np$np: kolorun exited $rc"; ok=0; }
   for ((r = 0; r < np; r++)); do
     grep -Eq "^\[$r\] ($want)$" "$out" || { echo "FAILED recover $transport np$np: rank $r did not print $want"; ok=0; }
     # its own error, or (a rank that saw a peer fail) what the peers reported
-    grep -q "^\[$r\] mismatch: kolo rank $r: " "$out" && grep -q "^\[$r\] .*mismatched collectives at collective #2" "$out" ||
-      { echo "FAILED recover $transport np$np: rank $r did not catch the mismatch"; ok=0; }
+    grep -q "^\[$r\] mismatch: kolo rank $r: " "$out" && grep -Eq "^\[$r\] .*mismatched (collectives|alltoallv counts) at collective #2" "$out" ||
+      { echo "FAILED $mode $transport np$np: rank $r did not catch the mismatch"; ok=0; }
   done
-  if [ $ok -eq 1 ]; then echo "ok: recover $transport np$np"; else fail=1; echo "--- output:"; cat "$out"; fi
+  if [ $ok -eq 1 ]; then echo "ok: $mode $transport np$np"; else fail=1; echo "--- output:"; cat "$out"; fi
 }
 recover shm 2 recovered
 recover shm 3 recovered
 recover tcp 2 recovered
 recover tcp 3 "recovered|reformed"
 recover hier-aab 3 "recovered|reformed"
+# Every rank sees every rank's alltoallv counts, so every rank rejects a
+# disagreement and the communicator remains usable on every transport.
+recover shm 3 recovered recover-alltoallv
+recover tcp 3 recovered recover-alltoallv
+recover hier-aab 3 recovered recover-alltoallv
 
 exit $fail

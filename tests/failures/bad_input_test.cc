@@ -293,6 +293,58 @@ TEST_F(BadInput, OverlappingBuffers) {
   EXPECT_EQ(x[4 * R], static_cast<float>(R * S));
 }
 
+// alltoallv's counts and offsets, checked on the calling rank. (Counts that
+// disagree between ranks are caught inside the collective, on every rank:
+// tests/collectives/mismatch_test.sh, case "alltoallv".)
+TEST_F(BadInput, AlltoallvArguments) {
+  const auto n = static_cast<std::size_t>(S);
+  const std::string ranks = std::to_string(S) + " ranks";
+  const std::vector<std::size_t> ones(n, 1);
+  auto call = [&](const std::vector<std::size_t>& sc, const std::vector<std::size_t>& so,
+                  const std::vector<std::size_t>& rc, const std::vector<std::size_t>& ro) {
+    return error_of([&] { comm.alltoallv(a.data(), sc, so, b.data(), rc, ro, DType::F32); });
+  };
+  EXPECT_EQ(call(std::vector<std::size_t>(n + 1, 1), {}, ones, {}),
+            P + "alltoallv: send counts has " + std::to_string(n + 1) + " entries but the communicator has " + ranks);
+  EXPECT_EQ(call(ones, {}, {}, {}), P + "alltoallv: receive counts has 0 entries but the communicator has " + ranks);
+  EXPECT_EQ(call(ones, {}, ones, {0, 1, 2, 3, 4, 5, 6, 7, 8}),
+            P + "alltoallv: receive offsets has 9 entries but the communicator has " + ranks +
+                " (or pass none: blocks packed in rank order)");
+  std::vector<std::size_t> neg = ones;
+  neg[0] = kNegOne;
+  EXPECT_EQ(call(neg, {}, ones, {}), P + "alltoallv: send block 0 (" + std::to_string(kNegOne) +
+                                         " elements from element 0) is too large (negative, or overflows the byte size)");
+  std::vector<std::size_t> far(n, 0);
+  far[n - 1] = kMaxBytes / 4;
+  EXPECT_EQ(call(ones, {}, ones, far),
+            P + "alltoallv: receive block " + std::to_string(n - 1) + " (1 elements from element " +
+                std::to_string(kMaxBytes / 4) + ") is too large (negative, or overflows the byte size)");
+  if (S > 1) {
+    std::vector<std::size_t> two(n, 2), offsets(n);
+    for (std::size_t j = 0; j < n; ++j) offsets[j] = 2 * j;
+    offsets[1] = 1;
+    EXPECT_EQ(call(ones, {}, two, offsets), P + "alltoallv: receive blocks 0 (elements 0..2) and 1 (elements 1..3) overlap");
+  }
+  EXPECT_EQ(error_of([&] { comm.alltoallv(a.data(), ones, {}, a.data(), ones, {}, DType::F32); }),
+            P + "alltoallv: input and output must not overlap");
+  EXPECT_EQ(error_of([&] { comm.alltoallv_async(a.data(), ones, {}, nullptr, ones, {}, DType::F32); }),
+            P + "alltoallv: output buffer is null but " + std::to_string(4 * S) + " bytes were asked for");
+  EXPECT_EQ(error_of([&] { comm.alltoallv(a.data(), ones, {}, b.data(), ones, {}, DType::F32, kolo::Place::cuda(0)); }),
+            P + "alltoallv: buffers in CUDA memory are not supported yet (alltoall's equal blocks are); stage them "
+                "in host memory");
+  EXPECT_EQ(error_of([&] { comm.alltoallv(std::vector<float>(n + 1), ones); }),
+            P + "alltoallv: the input vector holds " + std::to_string(n + 1) + " elements but the send counts add up to " +
+                std::to_string(n));
+  EXPECT_EQ(error_of([&] { comm.alltoallv_counts(std::vector<std::size_t>(n + 1, 1)); }),
+            P + "alltoallv_counts: send counts has " + std::to_string(n + 1) + " entries but the communicator has " +
+                ranks);
+  EXPECT_EQ(error_of([&] { comm.alltoallv(a.data(), ones, {}, b.data(), ones, {}, static_cast<DType>(7)); }),
+            P + "alltoallv: invalid dtype value 7");
+  // Zero counts with null buffers are fine, and the call still runs on every rank.
+  const std::vector<std::size_t> zeros(n, 0);
+  EXPECT_EQ(error_of([&] { comm.alltoallv(nullptr, zeros, {}, nullptr, zeros, {}, DType::F32); }), "(no error)");
+}
+
 // CUDA memory (kolo::Place::cuda) where it cannot be used: a build without
 // CUDA, a machine without a GPU (CI), or — on a GPU machine — a host buffer
 // passed as CUDA memory. Each is caught before anything is queued.

@@ -168,7 +168,7 @@ kill | link)
   [ "$case" = link ] && survivors="0 1 2 3"  # h1's ranks live on, cut off: they must fail too
   for r in $survivors; do
     wait "${pids[$r]}"
-    rc=$?
+    rc=$? t_exit=$(now)
     lost="rank [23] \(host h1\)"
     [ $r -ge 2 ] && lost="rank [01] \(host h0\)"
     expect "$case: rank $r exits 3 (kolo's error)" eq "$rc" 3
@@ -176,6 +176,9 @@ kill | link)
     expect "$case: rank $r names a lost rank and its host" grep -Eq "$lost" out.$r
     at=$(grep -m1 "^error-at " out.$r | awk '{print $2}')
     expect "$case: rank $r's error within KOLO_PEER_TIMEOUT_MS + 5 s" within "${at:-1e12}" "$t_death" $((peer_ms / 1000 + 5))
+    # Rank 0 hosts the store: at exit it must not wait out KOLO_STORE_LINGER_MS
+    # for peers cut off behind the link (the store probes them too).
+    expect "$case: rank $r exits within 2 x KOLO_PEER_TIMEOUT_MS + 10 s" within "$t_exit" "$t_death" $((2 * peer_ms / 1000 + 10))
     [ $fails -eq 0 ] || sed "s/^/    [$r] /" out.$r | head -20
   done
   [ "$case" = link ] && kh_link h1 up

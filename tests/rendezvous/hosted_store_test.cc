@@ -91,6 +91,17 @@ TEST(HostedStore, DroppedByItsOwnerItStaysUpForThePeer) {
   EXPECT_EQ(peer->get("after", 1000ms), "1");
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define KOLO_TEST_LEAK_CHECKED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KOLO_TEST_LEAK_CHECKED 1
+#endif
+#endif
+#ifndef KOLO_TEST_LEAK_CHECKED
+#define KOLO_TEST_LEAK_CHECKED 0
+#endif
+
 // A forked child (a data loader's worker) inherits the store but not its
 // thread: letting go of its copy, and its exit, must leave the parent's
 // store serving.
@@ -101,7 +112,14 @@ TEST(HostedStore, AForkedChildLeavesTheParentsStoreAlone) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     h.reset();
+#if KOLO_TEST_LEAK_CHECKED
+    // LeakSanitizer, at a forked child's exit, finds the blocks of the
+    // parent's store thread (which the child has not got, so neither its
+    // stack) unreachable and fails the child: skip the exit handlers there.
+    ::_exit(0);
+#else
     std::exit(0);  // the wait at exit too
+#endif
   }
   ASSERT_GT(pid, 0);
   int status = 0;

@@ -19,6 +19,7 @@ import numpy as np
 
 from kolo import _C, descriptions
 from kolo.basics import error
+from kolo.splits import split_rows
 
 _NATIVE = {np.dtype(np.float32): _C.F32, np.dtype(np.float64): _C.F64,
            np.dtype(np.float16): _C.F16, np.dtype(ml_dtypes.bfloat16): _C.BF16,
@@ -147,60 +148,40 @@ def gather_descriptions(c, what, a, extra=()):
     return descriptions.check_rows(what, table.tolist(), lambda i: _INDEX_DTYPE[i])
 
 
+def _row_units(a):
+    """(dtype code, elements of that code per row of dim 0) that move a's rows
+    unchanged."""
+    per_row = int(np.prod(a.shape[1:], dtype=np.int64))
+    if a.dtype not in _NATIVE:
+        per_row *= a.dtype.itemsize
+    return _NATIVE.get(a.dtype, _C.U8), per_row
+
+
 def allgather(c, what, a):
     """Concatenation of every rank's a along dim 0 (first dims may differ)."""
     a = _contiguous(a.reshape(1) if a.ndim == 0 else a)
     rows = gather_descriptions(c, what, a)
     firsts = [row[2] for row in rows]
     out = empty((sum(firsts),) + a.shape[1:], a.dtype)
-    per_row = int(np.prod(a.shape[1:], dtype=np.int64))
-    if a.dtype not in _NATIVE:
-        per_row *= a.dtype.itemsize
-    dt = _NATIVE.get(a.dtype, _C.U8)
+    dt, per_row = _row_units(a)
     c.allgatherv(ptr(a), ptr(out), [f * per_row for f in firsts], dt)
     return out
-
-
-def splits_list(what, d0, splits, n):
-    """Horovod's alltoall splits: equal parts when None, else n counts summing to d0."""
-    if splits is None:
-        if d0 % n:
-            raise ValueError(error(what, f"the first dimension ({d0}) is not divisible by the "
-                                   f"{n} ranks; pass splits="))
-        return [d0 // n] * n
-    s = np.asarray(splits)
-    if s.dtype.kind not in "iu":
-        raise ValueError(error(what, f"splits must be integer counts, got {s.dtype}"))
-    s = [int(x) for x in s.reshape(-1)]
-    if len(s) != n or any(x < 0 for x in s):
-        raise ValueError(error(what, f"splits must hold {n} non-negative counts, got {s}"))
-    if sum(s) != d0:
-        raise ValueError(error(what, f"splits {s} sum to {sum(s)}, but the first dimension is {d0}"))
-    return s
 
 
 def alltoall(c, what, a, splits):
     """Rows splits[j] of a go to rank j; returns (received rows, received splits int32).
 
-    Every rank's splits travel in one allgather (with the shape check), then
-    kolo's equal-block alltoall moves blocks padded to the largest split."""
+    Every rank's splits travel in one allgather (with the shape check), so
+    each rank knows what it receives; then kolo's alltoallv moves the rows."""
     n, me = c.size(), c.rank()
     a = _contiguous(a.reshape(1) if a.ndim == 0 else a)
-    s = splits_list(what, a.shape[0], splits, n)
+    s = split_rows(what, a.shape[0], splits, n)
     rows = gather_descriptions(c, what, a, s)
-    matrix = [descriptions.extra_of(row) for row in rows]  # matrix[src][dst]
-    recv = [matrix[src][me] for src in range(n)]
-    big = max(max(r) for r in matrix)
-    tail = a.shape[1:]
-    send = np.zeros((n * big,) + tail, dtype=a.dtype)
-    offsets = np.cumsum([0] + s)
-    for j in range(n):
-        send[j * big:j * big + s[j]] = a[offsets[j]:offsets[j + 1]]
-    got = np.empty_like(send)
-    dt, count = move_plan(send)
-    c.alltoall(ptr(send), ptr(got), count // n, dt)
-    out = np.concatenate([got[j * big:j * big + recv[j]] for j in range(n)]) if n else got
-    return out.reshape((sum(recv),) + tail), np.array(recv, dtype=np.int32)
+    recv = [descriptions.extra_of(rows[src])[me] for src in range(n)]
+    out = empty((sum(recv),) + a.shape[1:], a.dtype)
+    dt, per_row = _row_units(a)
+    c.alltoallv(ptr(a), [r * per_row for r in s], [], ptr(out), [r * per_row for r in recv], [], dt)
+    return out, np.array(recv, dtype=np.int32)
 
 
 def reducescatter_rows(d0, n):

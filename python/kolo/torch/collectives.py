@@ -2,15 +2,18 @@
 alltoall, reducescatter (each blocking and asynchronous, in place where
 Horovod has it), barrier, poll, synchronize.
 
-kolo matches collectives by call order, not by name (as NCCL and DDP do):
-every rank must issue the same collectives in the same order; ``name`` is
-accepted for compatibility and used in error messages only. A rank whose
-call differs from its peers' gets kolo's mismatch error, on every rank.
+Named operations are negotiated as Horovod's are: allreduce, allgather,
+broadcast and reducescatter given a ``name`` may be issued in a different
+order on each rank (kolo's engine agrees one order; kolo.h), and a second one
+with a name still in flight raises ValueError on that rank. Unnamed ones are
+matched by call order (as NCCL and DDP do): every rank issues them in the same
+order, and a rank whose call differs gets kolo's mismatch error, on every
+rank. alltoall is matched by call order, named or not.
 
 The non-underscore, non-async functions are differentiable
 (kolo/torch/autograd.py); these are the plain versions they call.
 """
-import numbers
+import collections
 
 import torch
 
@@ -18,7 +21,8 @@ from kolo import _C, descriptions, handles
 from kolo.basics import comm, error
 from kolo.process_sets import root_in_scope, with_process_set
 from kolo.reduce_ops import resolve_op
-from kolo.torch import alltoallv, dtypes
+from kolo.splits import split_rows
+from kolo.torch import dtypes
 from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, place, reduce_plan
 
 
@@ -37,10 +41,20 @@ def _scale(what, t, factor, kind):
 
 
 def _name_next(name):
-    """Horovod's name= labels the next collective in the timeline (kolo matches
-    collectives by order, so the name has no other use)."""
+    """Horovod's name= labels the next collective in the timeline."""
     if name and _C.timeline_on():
         _C.timeline_name_next(str(name))
+
+
+# Named operations issued on each communicator (by id) since its last join():
+# join() tells the rank that joined last by them (torch/optimizer.py).
+named_issued = collections.Counter()
+
+
+def _key(kind, name):
+    """The engine's name of a named operation: its kind and the caller's name,
+    as Horovod's (allreduce 'x' and allgather 'x' are two names); "" unnamed."""
+    return f"{kind}.{name}" if name is not None and name != "" else ""
 
 
 # ---- allreduce ---------------------------------------------------------------------
@@ -53,7 +67,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
     wide, dt, code = reduce_plan(what, tensor, op)
     int_average = code == _C.AVERAGE and not tensor.is_floating_point()
     if int_average:
-        code = _C.SUM  # Horovod's integer average: sum, then floor division
+        code = _C.SUM  # Horovod's integer average: sum, then division rounded toward zero
     src = _scale(what, tensor, prescale, "prescale_factor")
     if wide is not None:
         src = src.to(wide)
@@ -71,15 +85,21 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
             if dst is not output:
                 output.copy_(dst)  # narrows (wraps like int8/int16 arithmetic) or u8 -> bool
             if int_average:
-                output.floor_divide_(c.size())
+                output.div_(c.size(), rounding_mode="trunc")
             if postscale != 1.0:
                 output.copy_(_scale(what, output, postscale, "postscale_factor"))
             return output
     _name_next(name)
-    if blocking:
+    key = _key("allreduce", name)
+    if blocking and not key:
         c.allreduce(*args, **where)
         return finish()
-    return handles.add(c.allreduce_async(*args, **where), (tensor, src, dst, output), finish)
+    named_issued[id(c)] += bool(key)
+    work = c.allreduce_async(*args, **where, name=key)
+    if blocking:
+        work.wait()
+        return finish()
+    return handles.add(work, (tensor, src, dst, output), finish)
 
 
 @with_process_set
@@ -117,16 +137,16 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=None):
     """One handle for a list of tensors; synchronize() returns the list."""
     op = resolve_op("grouped_allreduce_async", average, op)
-    return _grouped([allreduce_async(t, None, name, op, prescale_factor, postscale_factor)
-                     for t in tensors])
+    return _grouped([allreduce_async(t, None, _member(name, i), op, prescale_factor, postscale_factor)
+                     for i, t in enumerate(tensors)])
 
 
 @with_process_set
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
     op = resolve_op("grouped_allreduce_async_", average, op)
-    return _grouped([allreduce_async_(t, None, name, op, prescale_factor, postscale_factor)
-                     for t in tensors])
+    return _grouped([allreduce_async_(t, None, _member(name, i), op, prescale_factor, postscale_factor)
+                     for i, t in enumerate(tensors)])
 
 
 @with_process_set
@@ -134,6 +154,11 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                        postscale_factor=1.0, process_set=None):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor))
+
+
+def _member(name, i):
+    """A grouped call's i-th operation: its own name (one name in flight once)."""
+    return None if name is None or name == "" else f"{name}.{i}"
 
 
 class _GroupWork:
@@ -172,15 +197,23 @@ def _gather_descriptions(what, t, extra=()):
     return descriptions.check_rows(what, table.tolist(), lambda i: _INDEX_DTYPE[i])
 
 
-def _allgather_start(what, tensor, name, blocking):
-    check_tensor(what, tensor, name)
-    t = tensor.reshape(1) if tensor.dim() == 0 else tensor
-    rows = _gather_descriptions(what, t)
+def _gather_plan(t, rows):
+    """The output and each rank's element count (in move units) of an allgather of t."""
     firsts = [row[2] for row in rows]
     output = t.new_empty((sum(firsts),) + tuple(t.shape[1:]))
     dt, n = move_code(t)
     per_row = n // t.shape[0] if t.shape[0] else _row_units(t)
-    counts = [f * per_row for f in firsts]
+    return output, [f * per_row for f in firsts], dt
+
+
+def _allgather_start(what, tensor, name, blocking):
+    check_tensor(what, tensor, name)
+    t = tensor.reshape(1) if tensor.dim() == 0 else tensor
+    key = _key("allgather", name)
+    if key:
+        return _allgather_named(what, t, key, name, blocking)
+    rows = _gather_descriptions(what, t)
+    output, counts, dt = _gather_plan(t, rows)
     c = comm()
     args = (t.data_ptr(), output.data_ptr(), counts, dt)
     where = place(t)
@@ -189,6 +222,32 @@ def _allgather_start(what, tensor, name, blocking):
         c.allgatherv(*args, **where)
         return output
     return handles.add(c.allgatherv_async(*args, **where), (t, output), lambda: output)
+
+
+def _allgather_named(what, t, key, name, blocking):
+    """A named allgather in two named operations: every rank's description
+    (the rows each sends) under `key`, issued now, then the rows themselves,
+    issued when the handle is synchronized (the output's size is known only
+    then). Ranks that synchronize two named allgathers in opposite orders
+    therefore wait for each other: synchronize them in one order."""
+    c = comm()
+    mine = torch.tensor(descriptions.describe(_DTYPE_INDEX[t.dtype], t.shape, ()), dtype=torch.int64,
+                        device="cpu")
+    table = torch.empty(c.size(), mine.numel(), dtype=torch.int64, device="cpu")
+    named_issued[id(c)] += 1
+    described = c.allgather_async(mine.data_ptr(), table.data_ptr(), mine.numel(), _C.I64, name=key)
+    where = place(t)
+
+    def finish():
+        described.wait()
+        rows = descriptions.check_rows(what, table.tolist(), lambda i: _INDEX_DTYPE[i])
+        output, counts, dt = _gather_plan(t, rows)
+        _name_next(name)
+        c.allgatherv_async(t.data_ptr(), output.data_ptr(), counts, dt, **where, name=key + ".data").wait()
+        return output
+    if blocking:
+        return finish()
+    return handles.add(described, (t, mine, table), finish)
 
 
 def _row_units(t):
@@ -210,7 +269,7 @@ def allgather_nograd(tensor, name=None):
 
 @with_process_set
 def grouped_allgather_async(tensors, name=None, process_set=None):
-    return _grouped([allgather_async(t, name) for t in tensors])
+    return _grouped([allgather_async(t, _member(name, i)) for i, t in enumerate(tensors)])
 
 
 # ---- broadcast ---------------------------------------------------------------------
@@ -223,10 +282,16 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
     args = (output.data_ptr(), n, dt, root_in_scope(root_rank, what), output.shape)
     where = place(output)
     _name_next(name)
-    if blocking:
+    key = _key("broadcast", name)
+    if blocking and not key:
         c.broadcast(*args, **where)
         return output
-    return handles.add(c.broadcast_async(*args, **where), (tensor, output), lambda: output)
+    named_issued[id(c)] += bool(key)
+    work = c.broadcast_async(*args, **where, name=key)
+    if blocking:
+        work.wait()
+        return output
+    return handles.add(work, (tensor, output), lambda: output)
 
 
 @with_process_set
@@ -250,55 +315,34 @@ def broadcast_nograd(tensor, root_rank, name=None):
 
 
 # ---- alltoall ----------------------------------------------------------------------
-def _splits_list(what, tensor, splits, n):
-    if splits is None:
-        d0 = tensor.shape[0] if tensor.dim() else 1
-        if d0 % n:
-            raise ValueError(error(what, f"the first dimension ({d0}) is not divisible by the "
-                                   f"{n} ranks; pass splits="))
-        return [d0 // n] * n
-    s = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
-    # Counts are integers (Horovod: int32): a float tensor is refused whatever
-    # it holds, even values that happen to be whole (torch.empty's garbage).
-    if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in s):
-        kind = f"a {splits.dtype} tensor" if isinstance(splits, torch.Tensor) else f"{s}"
-        raise ValueError(error(what, f"splits must be integer counts, got {kind}"))
-    if len(s) != n or any(x < 0 for x in s):
-        raise ValueError(error(what, f"splits must hold {n} non-negative counts, got {s}"))
-    d0 = tensor.shape[0] if tensor.dim() else 1
-    if sum(s) != d0:
-        raise ValueError(error(what, f"splits {s} sum to {sum(s)}, but the first dimension is {d0}"))
-    return [int(x) for x in s]
-
-
 def _alltoall_start(what, tensor, splits, name, blocking):
     """Sends rows splits[j] to rank j; returns (output, received_splits).
 
-    One allgather of every rank's splits first (so each rank knows what it
-    receives), then kolo's equal-block alltoall on blocks padded to the
-    largest split (no padding when all splits are equal)."""
+    One allgather of every rank's description (dtype, shape, splits) first:
+    each rank checks its peers' tensors and learns what it receives; then
+    kolo's alltoallv moves the rows. A CUDA tensor travels through host
+    memory (kolo's alltoallv takes host memory only, kolo.h)."""
     check_tensor(what, tensor, name)
     c = comm()
     n, me = c.size(), c.rank()
     t = tensor.reshape(1) if tensor.dim() == 0 else tensor
-    s = _splits_list(what, t, splits, n)
+    s = split_rows(what, t.shape[0], splits, n)
     rows = _gather_descriptions(what, t, s)
-    matrix = [descriptions.extra_of(row) for row in rows]  # matrix[src][dst]
-    recv_rows = [matrix[src][me] for src in range(n)]
-    biggest = max(max(r) for r in matrix)
-    equal = all(x == biggest for r in matrix for x in r)
-    _name_next(name)
-    work, recv, keep = alltoallv.start(c, torch.split(t, s), biggest, whole=t if equal else None)
+    recv_rows = [descriptions.extra_of(rows[src])[me] for src in range(n)]
+    send = t.cpu() if t.is_cuda else t
+    out = send.new_empty((sum(recv_rows),) + tuple(t.shape[1:]))
+    unit = _row_units(t)
+    code, _ = move_code(out)
+    args = (send.data_ptr(), [r * unit for r in s], [], out.data_ptr(), [r * unit for r in recv_rows], [], code)
     received = torch.tensor(recv_rows, dtype=torch.int32, device="cpu")
 
     def finish():
-        if equal:
-            return recv.view((n * biggest,) + tuple(t.shape[1:])), received
-        return torch.cat(alltoallv.unpad(recv, recv_rows)), received
+        return (out.to(t.device) if t.is_cuda else out), received
+    _name_next(name)
     if blocking:
-        work.wait()
+        c.alltoallv(*args)
         return finish()
-    return handles.add(work, (t,) + keep, finish)
+    return handles.add(c.alltoallv_async(*args), (t, send, out), finish)
 
 
 @with_process_set
@@ -348,15 +392,21 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
         if wide is not None or tensor.dtype == torch.bool:
             res = res.to(tensor.dtype)
         if int_average:
-            res = res.floor_divide(n)
+            res = res.div(n, rounding_mode="trunc")
         if postscale != 1.0:
             res = _scale(what, res, postscale, "postscale_factor")
         return res
     _name_next(name)
-    if blocking:
+    key = _key("reducescatter", name)
+    if blocking and not key:
         c.reduce_scatter(*args, **where)
         return finish()
-    return handles.add(c.reduce_scatter_async(*args, **where), (tensor, src, out), finish)
+    named_issued[id(c)] += bool(key)
+    work = c.reduce_scatter_async(*args, **where, name=key)
+    if blocking:
+        work.wait()
+        return finish()
+    return handles.add(work, (tensor, src, out), finish)
 
 
 @with_process_set
@@ -374,8 +424,8 @@ def reducescatter_nograd(tensor, op=Average, prescale_factor=1.0, postscale_fact
 @with_process_set
 def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0,
                                 postscale_factor=1.0, process_set=None):
-    return _grouped([reducescatter_async(t, name, op, prescale_factor, postscale_factor)
-                     for t in tensors])
+    return _grouped([reducescatter_async(t, _member(name, i), op, prescale_factor, postscale_factor)
+                     for i, t in enumerate(tensors)])
 
 
 # ---- sparse ------------------------------------------------------------------------
@@ -387,8 +437,8 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
     gives the sparse sum (Average: divided by the set's size) as an
     uncoalesced tensor."""
     t = tensor
-    indices = allgather_async(t._indices().transpose(0, 1).contiguous(), name)
-    values = allgather_async(t._values(), name)
+    indices = allgather_async(t._indices().transpose(0, 1).contiguous(), _member(name, "indices"))
+    values = allgather_async(t._values(), _member(name, "values"))
     average = dtypes.op_code("sparse_allreduce_async", op) == _C.AVERAGE
     size = comm().size()  # the process set's, while this call runs on it
 

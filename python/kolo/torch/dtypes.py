@@ -9,8 +9,8 @@ three more that Horovod accepts are mapped here, exactly:
     min/max are exact.
   * bool — moved as u8; reduced as u8 with sum and max as logical OR and
     product and min as logical AND (Horovod's bool sum is also an OR).
-Average of an integer tensor is a sum followed by floor division, as in
-Horovod; Average of a bool tensor is an error; any other dtype is an error
+Average of an integer tensor is a sum followed by division rounded toward
+zero, as in Horovod (its test_horovod_join_allreduce expects it); Average of a bool tensor is an error; any other dtype is an error
 naming it.
 """
 import torch
@@ -85,5 +85,5 @@ def reduce_plan(what, t, op):
         return torch.uint8, _C.U8, code
     wide = _WIDENED.get(t.dtype)
     # Average of an integer tensor stays AVERAGE here: the caller sums and
-    # floor-divides, as Horovod does (kolo's C++ API refuses integer averages).
+    # divides rounding toward zero, as Horovod does (kolo's C++ API refuses integer averages).
     return wide, _NATIVE[wide or t.dtype], code

@@ -37,6 +37,7 @@ from kolo import _C, basics
 from kolo.basics import comm, error
 from kolo.process_sets import communicator, with_process_set
 from kolo.torch import dtypes
+from kolo.torch.collectives import named_issued
 from kolo.torch.compression import Compression
 from kolo.torch.dtypes import Average
 
@@ -385,12 +386,15 @@ def join(device=-1, process_set=None):
     """Takes part, with zeros, in the other ranks' DistributedOptimizer steps
     until every rank has joined; returns the (global) rank that joined last.
 
-    Only DistributedOptimizer steps can be mirrored (kolo matches collectives
-    by call order, so a joined rank cannot know the shape of another call):
-    an active rank that issues another collective while a rank waits here
-    gets kolo's mismatch error, as Horovod raises for allgather and
-    broadcast; the waiting rank, which rejected that call too, goes on
-    waiting (the communicator remains usable, engine/context.h).
+    Named allreduces of the other ranks run with zeros from this rank, as in
+    Horovod, and their other named operations fail on the ranks that issued
+    them (the engine's named channel, Communicator::set_joined). Of unnamed
+    calls only DistributedOptimizer steps can be mirrored (they are matched by
+    call order, so a joined rank cannot know the shape of another call): an
+    active rank that issues another unnamed collective while a rank waits
+    here gets kolo's mismatch error; the waiting rank, which rejected that
+    call too, goes on waiting (the communicator remains usable,
+    engine/context.h).
     process_set (a kolo extension: Horovod's join has none) joins the ranks
     of that set, whose optimizer is then the one mirrored."""
     c = comm()
@@ -399,6 +403,27 @@ def join(device=-1, process_set=None):
         raise RuntimeError(error("join", "the latest DistributedOptimizer runs on another process set "
                                  "than this join()"))
     flag = torch.zeros(1, dtype=torch.int32, device="cpu")
+    c.set_joined(True)  # meanwhile, the other ranks' named allreduces run with zeros from this rank
+    try:
+        waited = _wait_for_all_joined(c, flag, opt)
+    finally:
+        c.set_joined(False)
+    # The last to join stepped the most (since the previous join), else issued
+    # the most named operations, and then waited the fewest rounds.
+    issued = named_issued.pop(id(c), 0)
+    mine = torch.tensor([opt._rounds if opt is not None else 0, issued, -waited], dtype=torch.int64,
+                        device="cpu")
+    if opt is not None:
+        opt._rounds = 0
+    every = torch.empty(c.size(), 3, dtype=torch.int64, device="cpu")
+    c.allgather(mine.data_ptr(), every.data_ptr(), 3, _C.I64)
+    keys = [tuple(row) for row in every.tolist()]
+    last = max(keys)
+    return c.world_ranks()[max(r for r, k in enumerate(keys) if k == last)]
+
+
+def _wait_for_all_joined(c, flag, opt):
+    """join()'s flag rounds until every rank has joined; returns how many it took."""
     waited = 0  # flag rounds this rank spent here, rejected ones included
     while True:
         flag.zero_()
@@ -415,13 +440,4 @@ def join(device=-1, process_set=None):
             raise RuntimeError(error("join", "other ranks are stepping a DistributedOptimizer, "
                                      "but this rank has none to mirror"))
         opt.mirror_step()
-    # The last to join stepped the most (since the previous join) and then
-    # waited the fewest rounds.
-    mine = torch.tensor([opt._rounds if opt is not None else 0, -waited], dtype=torch.int64, device="cpu")
-    if opt is not None:
-        opt._rounds = 0
-    every = torch.empty(c.size(), 2, dtype=torch.int64, device="cpu")
-    c.allgather(mine.data_ptr(), every.data_ptr(), 2, _C.I64)
-    keys = [tuple(row) for row in every.tolist()]
-    last = max(keys)
-    return c.world_ranks()[max(r for r, k in enumerate(keys) if k == last)]
+    return waited

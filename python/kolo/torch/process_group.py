@@ -39,10 +39,9 @@ torch 1.13 to 2.14 call, are the same methods:
   reduce_scatter, reduce_scatter_single (_reduce_scatter_base)   reduce_scatter
   reduce_scatter_single_coalesced  one reduce_scatter of the inputs' blocks
     (reduce_scatter_tensor_coalesced)  interleaved by rank
-  all_to_all_single    alltoall; with split sizes, one small allgather of every
-    (alltoall_base)    rank's split sizes (checked against each other on every
-                       rank) and an alltoall of blocks padded to the largest split
-  alltoall             the same, on lists of tensors
+  all_to_all_single    alltoall; with split sizes, alltoallv (which checks the
+    (alltoall_base)    ranks' sizes against each other inside the collective)
+  alltoall             alltoallv of the concatenated inputs
   barrier              barrier
   reduce               allreduce (non-root ranks into scratch: their tensor is unchanged)
   gather, gather_single (gather_into_tensor)   allgather (non-root ranks discard it)
@@ -72,7 +71,8 @@ import torch.distributed as dist
 
 from kolo import _C
 from kolo.basics import error
-from kolo.torch import alltoallv, dtypes
+from kolo.splits import split_rows
+from kolo.torch import dtypes
 from kolo.torch.process_group_rendezvous import communicator_for, install_env_handler
 from kolo.torch.process_group_work import Completer
 
@@ -160,19 +160,6 @@ def _reduction_buffer(what, t, op):
     if t.dtype == torch.bool:
         return t.view(torch.uint8), code, op, False
     return t.to(wide), code, op, True
-
-
-def _splits(what, name, sizes, rows, n):
-    if not sizes:
-        if rows % n:
-            raise ValueError(error(what, f"{name} has {rows} rows, which do not split evenly over "
-                                   f"{n} ranks; pass {name}_split_sizes"))
-        return [rows // n] * n
-    sizes = [int(s) for s in sizes]
-    if len(sizes) != n or min(sizes) < 0 or sum(sizes) != rows:
-        raise ValueError(error(what, f"{name}_split_sizes {sizes} must be {n} non-negative sizes "
-                               f"that add up to the {rows} rows of {name}"))
-    return sizes
 
 
 class ProcessGroupKolo(dist.ProcessGroup):
@@ -460,28 +447,14 @@ class ProcessGroupKolo(dist.ProcessGroup):
         mine = staging[self.rank() * n:(self.rank() + 1) * n]
         return self._submit(what, work, output_tensors, lambda: out.copy_(mine.view(out.shape)), (staging,))
 
-    def _alltoallv(self, what, blocks, recv_counts, unit, unit_name, deliver):
-        """Sends blocks[j] (flat tensors) to rank j and receives recv_counts[j]
-        elements from rank j. Returns (kolo work, finish, buffers to keep);
-        finish hands deliver() the received blocks.
-
-        One allgather of every rank's send and receive sizes lets every rank
-        check all of them (a disagreement is the same error on every rank,
-        never a hang) and agree on the padded block width of the alltoall."""
-        n = self.size()
-        mine = torch.tensor([b.numel() for b in blocks] + list(recv_counts), dtype=torch.int64)
-        every = torch.empty(n * 2 * n, dtype=torch.int64)
-        self._comm.allgather(mine.data_ptr(), every.data_ptr(), 2 * n, _C.I64)
-        sends, expects = every.view(n, 2, n).unbind(1)
-        bad = (sends != expects.t()).nonzero()
-        if bad.numel():
-            i, j = bad[0].tolist()
-            raise ValueError(error(what, f"rank {i} sends {int(sends[i, j]) // unit} {unit_name} to rank {j}, "
-                                   f"but rank {j} expects {int(expects[j, i]) // unit} from rank {i} "
-                                   "(input and output split sizes disagree)"))
-        width = int(sends.max()) if n else 0
-        work, recv, keep = alltoallv.start(self._comm, blocks, width)
-        return work, lambda: deliver(alltoallv.unpad(recv, recv_counts)), keep
+    def _alltoallv(self, send, sends, out, recvs, unit):
+        """kolo's alltoallv from `send` into `out` (contiguous CPU tensors of one
+        dtype): sends[j] blocks of `unit` elements to rank j, recvs[j] from
+        rank j, packed in rank order. The ranks check each other's sizes inside
+        it: a disagreement is the same error on every rank, never a hang."""
+        code, per = _unit(send)
+        return self._comm.alltoallv_async(send.data_ptr(), [x * unit * per for x in sends], [],
+                                          out.data_ptr(), [x * unit * per for x in recvs], [], code)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         what = "all_to_all_single"
@@ -499,15 +472,10 @@ class ProcessGroupKolo(dist.ProcessGroup):
             raise ValueError(error(what, f"split sizes need input and output of equal row shape, got "
                                    f"{tuple(input.shape)} and {tuple(output.shape)}"))
         row = math.prod(input.shape[1:])
-        sends = _splits(what, "input", input_split_sizes, input.shape[0], n)
-        recvs = _splits(what, "output", output_split_sizes, output.shape[0], n)
-        blocks = input.reshape(-1).split([s * row for s in sends])
-        flat_out = output.view(-1)
-
-        def deliver(received):
-            torch.cat(received, out=flat_out)
-        work, finish, keep = self._alltoallv(what, blocks, [r * row for r in recvs], row, "rows", deliver)
-        return self._submit(what, work, [output], finish, keep)
+        sends = split_rows(what, input.shape[0], input_split_sizes or None, n, "input_split_sizes")
+        recvs = split_rows(what, output.shape[0], output_split_sizes or None, n, "output_split_sizes")
+        work = self._alltoallv(input, sends, output, recvs, row)
+        return self._submit(what, work, [output], keep=(input,))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         what = "alltoall"
@@ -517,13 +485,14 @@ class ProcessGroupKolo(dist.ProcessGroup):
                                    f"{len(input_tensors)} and {len(output_tensors)}"))
         _check(what, input_tensors, like=input_tensors[0], name="input tensor")
         _check(what, output_tensors, like=input_tensors[0], name="output tensor")
+        send = torch.cat([t.reshape(-1) for t in input_tensors])
+        recv = send.new_empty(sum(o.numel() for o in output_tensors))
 
-        def deliver(received):
-            for o, r in zip(output_tensors, received):
+        def finish():
+            for o, r in zip(output_tensors, recv.split([o.numel() for o in output_tensors])):
                 o.copy_(r.view(o.shape))
-        work, finish, keep = self._alltoallv(what, [t.reshape(-1) for t in input_tensors],
-                                             [o.numel() for o in output_tensors], 1, "elements", deliver)
-        return self._submit(what, work, output_tensors, finish, keep)
+        work = self._alltoallv(send, [t.numel() for t in input_tensors], recv, [o.numel() for o in output_tensors], 1)
+        return self._submit(what, work, output_tensors, finish, (send, recv))
 
     def barrier(self, opts=None):
         return self._submit("barrier", self._comm.barrier_async(), [])

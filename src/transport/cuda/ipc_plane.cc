@@ -76,6 +76,11 @@ class IpcPlane : public Plane {
   void allgatherv(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void alltoall(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
+  template <class Stage, class Take>
+  void rounds(const StreamTicket& t, const HostLink& host, cudaStream_t s, std::size_t total, std::size_t per,
+              Stage stage, Take take);
+  void stage_blocks(const StreamTicket& t, const Call& c, cudaStream_t s, std::size_t per, std::size_t at,
+                    std::size_t n);
 
   CallerStreams streams_;
   const int size_;
@@ -167,40 +172,52 @@ void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
     case Kind::Allgatherv: allgatherv(t, c, host, s); break;
     case Kind::ReduceScatter: reduce_scatter(t, c, host, s); break;
     case Kind::Alltoall: alltoall(t, c, host, s); break;
+    case Kind::Alltoallv: fail("{}: not on CUDA memory (Communicator::alltoallv refuses it first)", t.what);
     case Kind::Barrier: host.barrier(); break;
   }
   sync(t, s);
   t.release();
 }
 
-void IpcPlane::allreduce(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
-  const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es;
-  const auto* in = static_cast<const char*>(c.in);
-  auto* out = static_cast<char*>(c.out);
-  for (std::size_t at = 0; at < c.fp.count; at += per) {
-    const std::size_t n = std::min(per, c.fp.count - at);
-    copy(t, inbox_, in + at * es, n * es, s);
+// Every collective here moves its data in rounds of at most `per` elements
+// of `total`: stage(at, n) fills this rank's inbox, every rank waits until
+// every inbox is filled (its stream, then the host barrier), take(at, n)
+// reads the peers' inboxes, and every rank waits again before an inbox is
+// refilled. No kernel ever waits on another rank.
+template <class Stage, class Take>
+void IpcPlane::rounds(const StreamTicket& t, const HostLink& host, cudaStream_t s, std::size_t total,
+                      std::size_t per, Stage stage, Take take) {
+  for (std::size_t at = 0; at < total; at += per) {
+    const std::size_t n = std::min(per, total - at);
+    stage(at, n);
     sync(t, s);
     host.barrier();
-    reduce(t, c.fp.dtype, c.fp.op, 0, out + at * es, n, s);
+    take(at, n);
     sync(t, s);
     host.barrier();
   }
 }
 
+void IpcPlane::allreduce(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
+  const std::size_t es = dtype_size(c.fp.dtype);
+  const auto* in = static_cast<const char*>(c.in);
+  auto* out = static_cast<char*>(c.out);
+  rounds(t, host, s, c.fp.count, capacity_ / es,
+         [&](std::size_t at, std::size_t n) { copy(t, inbox_, in + at * es, n * es, s); },
+         [&](std::size_t at, std::size_t n) { reduce(t, c.fp.dtype, c.fp.op, 0, out + at * es, n, s); });
+}
+
 void IpcPlane::broadcast(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
-  const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es;
+  const std::size_t es = dtype_size(c.fp.dtype);
   auto* data = static_cast<char*>(c.out);
   const int root = c.fp.root;
-  for (std::size_t at = 0; at < c.fp.count; at += per) {
-    const std::size_t n = std::min(per, c.fp.count - at);
-    if (host.rank == root) copy(t, inbox_, data + at * es, n * es, s);
-    sync(t, s);
-    host.barrier();
-    if (host.rank != root) copy(t, data + at * es, peers_[root], n * es, s);
-    sync(t, s);
-    host.barrier();
-  }
+  rounds(t, host, s, c.fp.count, capacity_ / es,
+         [&](std::size_t at, std::size_t n) {
+           if (host.rank == root) copy(t, inbox_, data + at * es, n * es, s);
+         },
+         [&](std::size_t at, std::size_t n) {
+           if (host.rank != root) copy(t, data + at * es, peers_[root], n * es, s);
+         });
 }
 
 // Round k moves elements [k*per, (k+1)*per) of every rank's block.
@@ -211,48 +228,42 @@ void IpcPlane::allgatherv(const StreamTicket& t, const Call& c, const HostLink& 
   std::vector<std::size_t> offset(size_ + 1, 0);
   for (int r = 0; r < size_; ++r) offset[r + 1] = offset[r] + c.counts[r];
   const std::size_t longest = *std::max_element(c.counts.begin(), c.counts.end());
-  for (std::size_t at = 0; at < longest; at += per) {
-    auto part = [&](int r) { return c.counts[r] > at ? std::min(per, c.counts[r] - at) : 0; };
-    copy(t, inbox_, in + at * es, part(host.rank) * es, s);
-    sync(t, s);
-    host.barrier();
-    for (int r = 0; r < size_; ++r) copy(t, out + (offset[r] + at) * es, peers_[r], part(r) * es, s);
-    sync(t, s);
-    host.barrier();
-  }
+  auto part = [&](int r, std::size_t at) { return c.counts[r] > at ? std::min(per, c.counts[r] - at) : 0; };
+  rounds(t, host, s, longest, per,
+         [&](std::size_t at, std::size_t) { copy(t, inbox_, in + at * es, part(host.rank, at) * es, s); },
+         [&](std::size_t at, std::size_t) {
+           for (int r = 0; r < size_; ++r) copy(t, out + (offset[r] + at) * es, peers_[r], part(r, at) * es, s);
+         });
 }
 
-// Each rank's input holds size blocks of count; round k moves elements
-// [k*per, (k+1)*per) of every block, per = inbox / size.
+// Each rank's input holds size blocks of count; each round stages elements
+// [at, at + n) of every block in this rank's inbox (block q at q*per).
+void IpcPlane::stage_blocks(const StreamTicket& t, const Call& c, cudaStream_t s, std::size_t per, std::size_t at,
+                            std::size_t n) {
+  const std::size_t es = dtype_size(c.fp.dtype), count = c.fp.count;
+  copy_rows(t, inbox_, per * es, static_cast<const char*>(c.in) + at * es, count * es, n * es, size_, s);
+}
+
+// This rank's block of every inbox, reduced into its output.
 void IpcPlane::reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
-  const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es / size_, count = c.fp.count;
-  const auto* in = static_cast<const char*>(c.in);
+  const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es / size_;
   auto* out = static_cast<char*>(c.out);
-  for (std::size_t at = 0; at < count; at += per) {
-    const std::size_t n = std::min(per, count - at);
-    copy_rows(t, inbox_, per * es, in + at * es, count * es, n * es, size_, s);
-    sync(t, s);
-    host.barrier();
-    reduce(t, c.fp.dtype, c.fp.op, host.rank * per * es, out + at * es, n, s);
-    sync(t, s);
-    host.barrier();
-  }
+  rounds(t, host, s, c.fp.count, per, [&](std::size_t at, std::size_t n) { stage_blocks(t, c, s, per, at, n); },
+         [&](std::size_t at, std::size_t n) {
+           reduce(t, c.fp.dtype, c.fp.op, host.rank * per * es, out + at * es, n, s);
+         });
 }
 
-// Block q of this rank's input goes to rank q; rounds as reduce_scatter's.
+// Block q of this rank's input goes to rank q: this rank's block of rank q's
+// inbox is block q of its output.
 void IpcPlane::alltoall(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
   const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es / size_, count = c.fp.count;
-  const auto* in = static_cast<const char*>(c.in);
   auto* out = static_cast<char*>(c.out);
-  for (std::size_t at = 0; at < count; at += per) {
-    const std::size_t n = std::min(per, count - at);
-    copy_rows(t, inbox_, per * es, in + at * es, count * es, n * es, size_, s);
-    sync(t, s);
-    host.barrier();
-    for (int q = 0; q < size_; ++q) copy(t, out + (q * count + at) * es, peers_[q] + host.rank * per * es, n * es, s);
-    sync(t, s);
-    host.barrier();
-  }
+  rounds(t, host, s, count, per, [&](std::size_t at, std::size_t n) { stage_blocks(t, c, s, per, at, n); },
+         [&](std::size_t at, std::size_t n) {
+           for (int q = 0; q < size_; ++q)
+             copy(t, out + (q * count + at) * es, peers_[q] + host.rank * per * es, n * es, s);
+         });
 }
 
 }  // namespace

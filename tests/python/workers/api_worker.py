@@ -33,7 +33,7 @@ def reduce_ref(dtype, op, cols):
     else:  # Average
         if dtype in FLOATS:
             return sum(cols) / N
-        s = sum(cols) // N  # integer average: floor division, as Horovod
+        s = abs(sum(cols)) // N * (1 if sum(cols) >= 0 else -1)  # integer average: rounded toward zero, as Horovod
     return s if dtype in FLOATS else wrap(s, dtype)
 
 

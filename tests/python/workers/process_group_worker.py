@@ -295,8 +295,9 @@ def mode_errors():
             sends[1] = 2
         x = torch.ones(sum(sends), 3)
         out = torch.empty(sum(recv), 3)
+        # (kolo's alltoallv counts elements: rows of 3)
         expect_error("split sizes", lambda: dist.all_to_all_single(out, x, recv, sends),
-                     "rank 0 sends 2 rows to rank 1, but rank 1 expects 1 from rank 0")
+                     "rank 0 sends 6 elements to rank 1, but rank 1 expects 3 from rank 0")
     # the communicator is still usable after refused calls
     u = torch.ones(3)
     dist.all_reduce(u)
