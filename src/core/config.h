@@ -88,6 +88,10 @@ inline std::int64_t store_linger_ms() { return env_int("KOLO_STORE_LINGER_MS", r
 // this worker in a new generation (ms); kolorun --elastic-timeout sets it.
 inline std::int64_t elastic_timeout_ms() { return env_int("KOLO_ELASTIC_TIMEOUT_MS", 600000); }
 
+// Compare every collective's fingerprint across ranks (mismatch detection).
+// Always on; 0 exists only to measure what the check costs (bench/results).
+inline bool verify_calls() { return env_int("KOLO_VERIFY_CALLS", 1) != 0; }
+
 // --- named operations (engine/named_channel.h) -----------------------------
 // Horovod's cycle time: how long a fresh named operation is held before it is
 // announced unless its caller waits first, and the longest pause between
@@ -96,10 +100,6 @@ inline std::int64_t named_cycle_us() { return env_int("KOLO_NAMED_CYCLE_US", 100
 // Names the response cache keeps (one bit each in every round); older ones
 // pending nowhere are forgotten beyond it (Horovod's HOROVOD_CACHE_CAPACITY).
 inline std::int64_t named_cache_capacity() { return env_int("KOLO_NAMED_CACHE", 1024); }
-
-// Compare every collective's fingerprint across ranks (mismatch detection).
-// Always on; 0 exists only to measure what the check costs (bench/results).
-inline bool verify_calls() { return env_int("KOLO_VERIFY_CALLS", 1) != 0; }
 
 // --- settings every rank of a job must share --------------------------------
 // Each tunable above whose disagreement between ranks breaks a collective (a
