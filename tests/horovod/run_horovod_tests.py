@@ -21,6 +21,8 @@ Modes (both by default):
             --apart none runs every test in the one job);
   per-test  one job per test.
 Jobs start under kolorun, or with --launcher mpirun under Open MPI's mpirun.
+A test that fails in the one job only on TIMING (below: Horovod's assertion
+that poll() saw an operation unfinished) is rerun alone and reported so.
 --check: exit 1 when a test fails that is neither by design nor failing for
 a reason outside kolo (OUTSIDE_KOLO below), or when fewer than --min-passed pass.
 Each rank writes a JUnit XML file; a test passes when it passed on every
@@ -67,6 +69,16 @@ SHIM = {
 # None today: the four *_duplicate_name_error tests and join_allreduce pass
 # since named operations are negotiated (engine/named_channel.h).
 BY_DESIGN = {}
+# A failure whose message holds this text depends on timing, not on kolo's
+# answer: Horovod's *_async_fused tests assert that hvd.poll(), called right
+# after an operation is issued, is False at least once. kolo's engine starts
+# an unnamed operation at once, so on a rank that runs behind its peer (the
+# peer has already posted its part) every operation can be finished by the
+# time poll() looks, and the assertion fails though every sum is right.
+# Horovod's own ops wait for its next cycle, which hides this. Such a test is
+# rerun in a job of its own (up to RERUNS times) and reported as rerun.
+TIMING = "hvd.poll() always returns True"
+RERUNS = 3
 # Tests that fail for a reason outside kolo, with the torch releases where they do.
 def outside_kolo(python):
     """{test: why} for the torch that `python` imports."""
@@ -161,20 +173,25 @@ def make_shim(python, dest, shim):
                 f.write(text)
 
 
-def outcomes(xml_files):
-    """{test name: 'passed'|'failed'|'skipped'} of one rank's JUnit XML."""
+def outcomes(xml_files, timing=None):
+    """{test name: 'passed'|'failed'|'skipped'} of one rank's JUnit XML; the
+    names of tests that failed on TIMING alone are added to `timing`."""
     out = {}
     for path in xml_files:
         for case in ET.parse(path).getroot().iter("testcase"):
             name = case.get("name")
-            tags = {child.tag for child in case}
-            out[name] = ("failed" if tags & {"failure", "error"} else
-                         "skipped" if "skipped" in tags else "passed")
+            failures = [c for c in case if c.tag in ("failure", "error")]
+            out[name] = ("failed" if failures else
+                         "skipped" if any(c.tag == "skipped" for c in case) else "passed")
+            text = " ".join((c.get("message") or "") + (c.text or "") for c in failures)
+            if timing is not None and failures and TIMING in text:
+                timing.add(name)
     return out
 
 
-def run_job(args, env, workdir, tests, tag):
-    """One kolorun job running `tests` (pytest node ids); per-test outcomes over all ranks."""
+def run_job(args, env, workdir, tests, tag, timing=None):
+    """One kolorun job running `tests` (pytest node ids); per-test outcomes over all ranks
+    (the tests that failed on TIMING alone on some rank are added to `timing`)."""
     xml_dir = os.path.join(workdir, "xml", tag)
     os.makedirs(xml_dir, exist_ok=True)
     pytest = [args.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
@@ -199,7 +216,7 @@ def run_job(args, env, workdir, tests, tag):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with open(os.path.join(workdir, f"{tag}.log"), "w") as f:
         f.write(proc.stdout)
-    per_rank = [outcomes([p]) for p in sorted(glob.glob(os.path.join(xml_dir, "rank*.xml")))]
+    per_rank = [outcomes([p], timing) for p in sorted(glob.glob(os.path.join(xml_dir, "rank*.xml")))]
     names = [t.split("::")[-1] for t in tests]
     if len(per_rank) < args.np:  # a rank died before writing its report
         per_rank.append({})
@@ -209,6 +226,21 @@ def run_job(args, env, workdir, tests, tag):
         result[name] = ("passed" if all(s == "passed" for s in seen) else
                         "skipped" if all(s == "skipped" for s in seen) else "failed")
     return result, proc
+
+
+def rerun_timing(args, env, workdir, tests, result, timing):
+    """Reruns each test that failed on TIMING alone in a job of its own, up to
+    RERUNS times; says so either way, and counts the last run's outcome."""
+    for name in sorted(n for n in timing if result.get(n) == "failed"):
+        node = next(t for t in tests if t.split("::")[-1] == name)
+        for attempt in range(1, RERUNS + 1):
+            outcome = run_job(args, env, workdir, [node], f"rerun-{name}-{attempt}")[0][name]
+            if outcome != "failed":
+                break
+        print(f"  {name}: failed on timing alone in the one job ('{TIMING}': kolo's "
+              f"poll() found every operation finished already); rerun alone: {outcome} "
+              f"(attempt {attempt})", flush=True)
+        result[name] = outcome
 
 
 def summary(label, result, started, by_design, outside):
@@ -272,9 +304,11 @@ def main():
         if args.mode in ("file", "both"):
             started = time.time()
             apart = [t for t in tests if t.split("::")[-1] in by_design and args.apart == "by-design"]
-            result, proc = run_job(args, env, workdir, [t for t in tests if t not in apart], "file")
+            timing = set()
+            result, proc = run_job(args, env, workdir, [t for t in tests if t not in apart], "file", timing)
             for i, t in enumerate(apart):
                 result.update(run_job(args, env, workdir, [t], f"apart{i}")[0])
+            rerun_timing(args, env, workdir, tests, result, timing)
             how = "the by-design tests in jobs of their own" if apart else "every test in the one job"
             bad, passed = summary(f"one file ({args.launcher} exit {proc.returncode}; {how})",
                                   result, started, by_design, outside)
