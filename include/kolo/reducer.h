@@ -120,6 +120,10 @@ class Reducer {
   std::vector<std::size_t> unready() const;
   // Something of this step is in flight (an entry readied, or the vote).
   bool started() const;
+  // The front's synchronize begins (before it hands over what backward did
+  // not): the timeline's "backward" ends and "synchronize" begins here, so
+  // the buckets issued after it count as not overlapped. Optional.
+  void begin_finish();
   // Every entry must be ready. Waits for every bucket, applies the scaling;
   // the first error of an allreduce is thrown after all were waited for.
   void finish();

@@ -61,7 +61,7 @@
 //                 compressed dtype, or -1), passes, vote_each_step, timeline_category, what)
 //     — the gradient path (kolo/reducer.h): buckets() -> list[list[int]],
 //     arrived(i) -> 0 accumulate | 1 final | 2 extra, ready(i, ptr (0: zeros),
-//     in_place=False) -> bool, unready() -> list[int], started(), finish(),
+//     in_place=False) -> bool, unready() -> list[int], started(), begin_finish(), finish(),
 //     results(ptrs: list[int], 0: skip), active(), vote(active) -> int,
 //     shadow(), reset(comm=None)
 //   class Work:  wait() (rethrows the collective's error), test() -> bool, valid()
@@ -211,6 +211,7 @@ PYBIND11_MODULE(_C, m) {
            Release(), "i"_a, "grad"_a, "in_place"_a = false)
       .def("unready", &R::unready)
       .def("started", &R::started)
+      .def("begin_finish", &R::begin_finish)
       .def("finish", &R::finish, Release())
       .def("results", [](R& r, const std::vector<Ptr>& outs) {
              for (std::size_t i = 0; i < outs.size(); ++i)

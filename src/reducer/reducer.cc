@@ -60,6 +60,7 @@ struct Reducer::Impl {
   int last_active = 0;  // the last finished step's divisor
   bool has_results = false;
   std::int64_t t_first = 0;  // timeline: the step's first gradient; 0: not recording
+  std::int64_t t_finish = 0;  // timeline: the front's synchronize began (begin_finish())
 
   template <class... Args>
   [[noreturn]] void error(fmt::format_string<Args...> f, Args&&... args) const {
@@ -104,7 +105,7 @@ struct Reducer::Impl {
     }
     next = readied = 0;
     vote_work = Work();
-    t_first = 0;
+    t_first = t_finish = 0;
   }
   void settle() {
     if (vote_work.valid()) try {
@@ -310,9 +311,14 @@ void Reducer::finish() {
     if (m.o.vote_each_step && !m.vote_work.valid()) m.issue_vote(true);  // no buckets: the vote still keeps join() in step
     m.issue_ready();
     m.has_results = false;
-    t_sync = m.t_first ? timeline::now_ns() : 0;
+    t_sync = !m.t_first ? 0 : m.t_finish ? m.t_finish : timeline::now_ns();
   }
   m.complete(t_sync);
+}
+
+void Reducer::begin_finish() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->t_first && !impl_->t_finish) impl_->t_finish = timeline::now_ns();
 }
 
 void Reducer::result(std::size_t i, void* out) {

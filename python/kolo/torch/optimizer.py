@@ -204,6 +204,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return
         self._drop_stale_round()
         r = self._reducer
+        r.begin_finish()
         for i in r.unready():  # a gradient that never arrived counts as zeros
             self._hand_over(i, self._params[i])
         try:
