@@ -1,33 +1,29 @@
-// DistributedOptimizer: gradient buckets filled by autograd hooks and
-// allreduced while backward is still running.
+// DistributedOptimizer: a LibTorch adapter over kolo::Reducer
+// (include/kolo/reducer.h), which owns the gradient path of every front —
+// buckets in reverse registration order (first_bucket_cap_bytes, then
+// bucket_cap_bytes), ordered issue, fusion, compression, predivide,
+// accumulation over backward_passes_per_step, Join's vote and shadow steps.
+// What lives here: the hooks, the tensor views, the LibTorch checks and
+// errors, writing the results into .grad, and what only this front offers
+// (gradient_as_bucket_view, find_unused_parameters, broadcast_buffers, the
+// overlap trial).
 //
 // How a step goes
 // ---------------
-// At construction the parameters (requires_grad, deduplicated) are laid out
-// in reverse registration order — the order in which backward usually
-// finishes them — into buckets: a small first one (first_bucket_cap_bytes, so
-// communication starts early) and then buckets of up to bucket_cap_bytes; a
-// bucket holds one dtype. Each parameter's gradient accumulator (the
-// AccumulateGrad node that writes .grad) gets a post-hook.
+// Each parameter's gradient accumulator (the AccumulateGrad node that writes
+// .grad) gets a post-hook. It counts the pass with the reducer; at the last
+// pass of a step it hands .grad over: the reducer copies it into its bucket
+// (nothing to copy where .grad is the bucket's view, gradient_as_bucket_view)
+// or, a bucket of one parameter, reduces it where it lies; complete buckets
+// start their allreduce strictly in bucket order.
 //
-// During backward the hook fires once per parameter and pass. On the last
-// pass of a step (backward_passes_per_step = k; passes 1..k-1 just accumulate
-// into .grad) it copies .grad into the parameter's slot of its bucket; when a
-// bucket's last slot is filled, the bucket is *ready*. Ready buckets are
-// started strictly in bucket order (bucket i+1 waits for bucket i), so every
-// rank issues the same allreduces in the same order even when their backward
-// passes finish gradients in different orders (the kolo contract). The first
-// hook of a pass also queues an end-of-backward callback with the autograd
-// engine that counts the pass.
-//
-// step() (via synchronize()) fills what backward did not — parameters that
-// got a gradient only in earlier passes, or none at all (zeros with
+// step() (via synchronize()) hands over what backward did not — parameters
+// that got a gradient only in earlier passes, or none at all (zeros with
 // find_unused_parameters, else an error after the collectives have been
-// completed, so that no peer is left waiting mid-step) — starts the
-// remaining buckets in order, waits for all of them, scales, writes the
-// results into .grad and calls the wrapped optimizer. Errors found inside
-// hooks (sparse or non-CPU gradients) are kept and thrown from step(), since
-// the autograd engine would wrap or lose them.
+// completed, so that no peer is left waiting mid-step) — waits for the
+// reducer, writes the results into .grad and calls the wrapped optimizer.
+// Errors found inside hooks (sparse or non-CPU gradients) are kept and
+// thrown from step(), since the autograd engine would wrap or lose them.
 //
 // Overlap::Never leaves every bucket to step(); Overlap::Auto alternates the
 // two ways in the first steps and keeps the faster (overlap_trial.h).
@@ -36,20 +32,13 @@
 // buckets: broadcast_buffers (one broadcast per buffer, from rank 0); under
 // Overlap::Auto, once, the trial's decision (one allreduce of two doubles).
 //
-// Timeline marks (README "Timeline"; the same as kolo.torch's): "bucket i"
-// from its allreduce's issue to its completion as synchronize() sees it,
-// "backward" from the step's first gradient to synchronize(), "synchronize"
-// and "optimizer step". Whether to record is decided at the first gradient
-// of a step (t_first != 0), so with the timeline off each place that records
-// pays one test: of timeline::on() in the gradient hook and in step(), of the
-// member t_first where buckets are issued and waited for.
+// Timeline marks (README "Timeline"): the reducer's "backward", "bucket i"
+// and "synchronize" (category "torch"), and "optimizer step" here.
 //
-// Join (uneven inputs) lives at the end of this file: a finished rank runs
-// shadow steps — the same bucket allreduces with zeros, the same buffer
-// broadcasts, the same optimizer update — and while a Join is attached the
-// buckets are summed and divided by the number of ranks that trained.
+// Join (uneven inputs) lives at the end of this file: the reducer's vote
+// before each step, and a finished rank's shadow steps — the reducer's zero
+// allreduces, the same buffer broadcasts, the same optimizer update.
 #include <fmt/format.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -60,6 +49,7 @@
 #include <unordered_set>
 
 #include "common.h"
+#include "kolo/reducer.h"
 #include "overlap_trial.h"
 
 namespace kolo::torch {
@@ -70,16 +60,11 @@ struct DistributedOptimizer::Impl {
   struct Param {
     std::string name;
     ::torch::Tensor tensor;
-    std::size_t bucket = 0;
-    std::int64_t offset = 0;  // elements into the bucket
-    std::int64_t numel = 0;
     // std::shared_ptr up to torch 2.x's switch to c10::intrusive_ptr: whichever
     // impl::grad_accumulator returns in the LibTorch this is built against.
     decltype(::torch::autograd::impl::grad_accumulator(std::declval<const ::torch::Tensor&>())) accumulator;
     std::uintptr_t hook_key = 0;
-    bool seen = false;   // received a gradient in some pass of this step
-    bool ready = false;  // copied into its bucket for this step
-    ::torch::Tensor view;   // the parameter's slot of its bucket, shaped like it
+    ::torch::Tensor view;   // the parameter's slot of its bucket (the reducer's memory), shaped like it
     bool use_view = false;  // .grad is kept as `view` (gradient_as_bucket_view)
     bool grad_is_view() const {
       const auto& g = tensor.grad();
@@ -88,51 +73,31 @@ struct DistributedOptimizer::Impl {
              g.scalar_type() == view.scalar_type();
     }
   };
-  struct Bucket {
-    std::vector<std::size_t> params;
-    ::torch::Tensor flat;  // the parameters' dtype
-    ::torch::Tensor wire;  // f16/bf16 copy when compressing
-    DType dtype = DType::F32;
-    std::size_t pending = 0;  // parameters not yet ready
-    bool launched = false;
-    Work work;
-    std::int64_t t_issue = 0;  // timeline: when its allreduce was issued (ns)
-  };
 
   Communicator comm;
   std::unique_ptr<::torch::optim::Optimizer> opt;
   DistributedOptimizerOptions o;
-  std::vector<Param> params;
-  std::vector<Bucket> buckets;
+  std::vector<Param> params;  // the reducer's entries, in registration order
+  std::unique_ptr<Reducer> reducer;
   NamedTensors buffers;  // broadcast from rank 0 each step (broadcast_buffers)
   bool checks_buffers = false;  // the constructor checked them (given a module)
   detail::OverlapTrial overlap{false, true, 1};  // set by init()
-
-  // Join: attached, and the number of ranks that train in the current step.
   bool join_attached = false;
-  int join_active = 0;
 
   std::mutex mu;
-  std::size_t next_launch = 0;
-  int passes = 0;  // backward passes finished since the last step
-  bool callback_queued = false;
   bool synchronized = false;
-  std::vector<std::string> errors;  // found in hooks, thrown by step()
-  std::int64_t t_first = 0;  // timeline: the step's first gradient (ns); 0: not recording
+  std::vector<std::string> errors;     // found in hooks, thrown by step()
+  std::vector<::torch::Tensor> held;   // gradients the reducer reads until finish()
 
   ~Impl() {
-    settle();
     for (auto& p : params)
       if (p.accumulator) p.accumulator->del_post_hook(p.hook_key);
-  }
-
-  // Waits for the allreduces in flight, whatever their outcome.
-  void settle() {
-    for (auto& b : buckets)
-      if (b.launched) try {
-          b.work.wait();
-        } catch (...) {
-        }
+    if (!reducer) return;
+    reducer->reset();  // waits for the allreduces in flight
+    // The views point into the reducer's buffers: a .grad that is one keeps
+    // its values in memory of its own.
+    for (auto& p : params)
+      if (p.grad_is_view()) p.tensor.mutable_grad() = p.view.clone();
   }
 
   std::string err(const std::string& text) const { return prefix(comm.rank()) + text; }
@@ -144,15 +109,9 @@ struct DistributedOptimizer::Impl {
                                    o.overlap != Overlap::Never, o.overlap_trial_steps);
   }
   void on_grad(std::size_t i, bool sparse);
-  void fill(std::size_t i);
-  void launch_ready();
-  void launch(std::size_t i);
+  void hand_over(std::size_t i);
+  void write_result(std::size_t i);
   void synchronize(bool shadow = false);
-  void reset_step();
-  // The divisor of Average: the ranks that contributed gradients.
-  double divisor() const {
-    return join_attached && join_active > 0 ? join_active : comm.size();
-  }
   void zero_grad(bool set_to_none);
 };
 
@@ -189,8 +148,6 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
   if (!(o.gradient_predivide_factor > 0))
     throw Error(err(fmt::format("DistributedOptimizer: gradient_predivide_factor must be > 0, not {}",
                                 o.gradient_predivide_factor)));
-  if (o.bucket_cap_bytes == 0 || o.first_bucket_cap_bytes == 0)
-    throw Error(err("DistributedOptimizer: bucket caps must be > 0 bytes"));
   if (o.overlap == Overlap::Auto && o.overlap_trial_steps < 1)
     throw Error(err(fmt::format("DistributedOptimizer: overlap_trial_steps must be >= 1, not {}",
                                 o.overlap_trial_steps)));
@@ -220,57 +177,42 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
   // Same model on every rank, or the bucket allreduces would not match.
   detail::check_same_tensors(comm, trainable, {}, 0, "DistributedOptimizer");
 
-  // Buckets in reverse parameter order.
-  for (auto it = trainable.rbegin(); it != trainable.rend(); ++it) {
-    const auto& [name, t] = *it;
-    const DType dt = detail::kolo_dtype(t.scalar_type(), "parameter '" + name + "'", rank);
-    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-    bool fresh = buckets.empty() || buckets.back().dtype != dt;
-    if (!fresh) {
-      auto& b = buckets.back();
-      std::size_t used = 0;
-      for (auto pi : b.params) used += static_cast<std::size_t>(params[pi].numel) * t.element_size();
-      const std::size_t cap = buckets.size() == 1 ? o.first_bucket_cap_bytes : o.bucket_cap_bytes;
-      fresh = used + bytes > cap;
-    }
-    if (fresh) {
-      buckets.emplace_back();
-      buckets.back().dtype = dt;
-    }
+  std::vector<ReducerEntry> entries;
+  for (const auto& [name, t] : trainable) {
+    entries.push_back({static_cast<std::size_t>(t.numel()),
+                       detail::kolo_dtype(t.scalar_type(), "parameter '" + name + "'", rank), Place::host()});
     Param p;
     p.name = name;
     p.tensor = t;
-    p.bucket = buckets.size() - 1;
-    p.numel = t.numel();
-    buckets.back().params.push_back(params.size());
     params.push_back(std::move(p));
   }
-  for (auto& b : buckets) {
-    std::int64_t n = 0;
-    for (auto pi : b.params) {
-      params[pi].offset = n;
-      n += params[pi].numel;
-    }
-    const auto st = params[b.params.front()].tensor.scalar_type();
-    b.flat = ::torch::zeros({n}, ::torch::TensorOptions().dtype(st));
-    if (o.compression == Compression::FP16)
-      b.wire = ::torch::empty({n}, ::torch::TensorOptions().dtype(::torch::kHalf));
-    else if (o.compression == Compression::BF16)
-      b.wire = ::torch::empty({n}, ::torch::TensorOptions().dtype(::torch::kBFloat16));
-    b.pending = b.params.size();
-    for (auto pi : b.params) {
-      auto& p = params[pi];
-      p.view = b.flat.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
-      // A parameter with another layout (e.g. channels-last) would get
-      // gradients in that layout, not our contiguous view: it stays on copies.
-      p.use_view = o.gradient_as_bucket_view && p.tensor.is_contiguous();
-      if (p.use_view) {
-        ::torch::NoGradGuard no_grad;
-        const auto& g = p.tensor.grad();
-        if (g.defined() && !g.is_sparse() && g.sizes() == p.tensor.sizes()) p.view.copy_(g);
-        p.tensor.mutable_grad() = p.view;
-      }
-    }
+  ReducerOptions ro;
+  ro.bucket_bytes = o.bucket_cap_bytes;
+  ro.first_bucket_bytes = o.first_bucket_cap_bytes;
+  ro.op = o.reduction == Reduction::Average ? Op::Average : Op::Sum;
+  // Sum over ranks of g / factor; Average then multiplies by factor / ranks,
+  // Sum by factor (the plain sum).
+  ro.prescale = 1.0 / o.gradient_predivide_factor;
+  ro.postscale = o.gradient_predivide_factor;
+  ro.wire = o.compression == Compression::FP16 ? Wire::F16
+            : o.compression == Compression::BF16 ? Wire::BF16 : Wire::Same;
+  ro.passes = o.backward_passes_per_step;
+  ro.timeline_category = "torch";
+  ro.what = "DistributedOptimizer";
+  reducer = std::make_unique<Reducer>(comm, std::move(entries), std::move(ro));
+
+  ::torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto& p = params[i];
+    // A parameter with another layout (e.g. channels-last) would get
+    // gradients in that layout, not our contiguous view: it stays on copies.
+    p.use_view = o.gradient_as_bucket_view && p.tensor.is_contiguous();
+    if (!p.use_view) continue;
+    p.view = ::torch::from_blob(reducer->slot(i), p.tensor.sizes(),
+                                ::torch::TensorOptions().dtype(p.tensor.scalar_type()));
+    const auto& g = p.tensor.grad();
+    if (g.defined() && !g.is_sparse() && g.sizes() == p.tensor.sizes()) p.view.copy_(g);
+    p.tensor.mutable_grad() = p.view;
   }
   // Hooks last: nothing above may throw after them.
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -289,16 +231,16 @@ void DistributedOptimizer::Impl::reform(Communicator next) {
   if (!next.valid()) throw Error(err("DistributedOptimizer::reform needs a communicator from kolo::init()"));
   if (join_attached) throw Error(err("DistributedOptimizer::reform during a Join"));
   std::lock_guard<std::mutex> lock(mu);
-  settle();
-  reset_step();
+  reducer->reset(next);
+  errors.clear();
+  held.clear();
   synchronized = false;
   comm = std::move(next);
   start_trial();
-  // The same checks, in the same order, as a newcomer's constructor makes
-  // (params[] is in reverse registration order), so that survivors and
-  // newcomers take part in the same collectives.
+  // The same checks, in the same order, as a newcomer's constructor makes,
+  // so that survivors and newcomers take part in the same collectives.
   NamedTensors trainable;
-  for (auto it = params.rbegin(); it != params.rend(); ++it) trainable.emplace_back(it->name, it->tensor);
+  for (const auto& p : params) trainable.emplace_back(p.name, p.tensor);
   detail::check_same_tensors(comm, trainable, {}, 0, "DistributedOptimizer");
   if (checks_buffers)
     detail::check_same_tensors(comm, {}, buffers, 0, "DistributedOptimizer (broadcast_buffers)");
@@ -307,109 +249,72 @@ void DistributedOptimizer::Impl::reform(Communicator next) {
 void DistributedOptimizer::Impl::on_grad(std::size_t i, bool sparse) {
   std::lock_guard<std::mutex> lock(mu);
   synchronized = false;  // a new backward after a synchronize() without step()
-  if (timeline::on() && !t_first) t_first = timeline::now_ns();
-  if (!callback_queued) {
-    callback_queued = true;
-    ::torch::autograd::Engine::get_default_engine().queue_callback([this] {
-      std::lock_guard<std::mutex> l(mu);
-      ++passes;
-      callback_queued = false;
-    });
-  }
-  auto& p = params[i];
-  if (passes >= o.backward_passes_per_step) {
+  const Reducer::Arrival a = reducer->arrived(i);
+  if (a == Reducer::Arrival::Extra) {
     if (errors.empty())
-      errors.push_back(fmt::format(
-          "backward ran {} times without step(); backward_passes_per_step is {}", passes + 1,
-          o.backward_passes_per_step));
+      errors.push_back(fmt::format("backward ran {} times without step(); backward_passes_per_step is {}",
+                                   o.backward_passes_per_step + 1, o.backward_passes_per_step));
     return;
   }
-  p.seen = true;
-  if (sparse) errors.push_back(sparse_error(p.name));
-  if (passes + 1 < o.backward_passes_per_step || !overlap.overlapping() || p.ready) return;
-  fill(i);
-  if (--buckets[p.bucket].pending == 0) launch_ready();
+  if (sparse) errors.push_back(sparse_error(params[i].name));
+  if (a == Reducer::Arrival::Final && overlap.overlapping()) hand_over(i);
 }
 
-// Copies parameter i's gradient (or zeros) into its bucket slot. Caller holds mu.
-void DistributedOptimizer::Impl::fill(std::size_t i) {
+// Parameter i's gradient (or zeros) to the reducer. Caller holds mu.
+void DistributedOptimizer::Impl::hand_over(std::size_t i) {
   auto& p = params[i];
-  auto& b = buckets[p.bucket];
   ::torch::NoGradGuard no_grad;
-  ::torch::Tensor slot = b.flat.narrow(0, p.offset, p.numel);
-  p.ready = true;
   const ::torch::Tensor g = p.tensor.grad();
-  if (!p.seen || !g.defined()) {
-    slot.zero_();
+  auto zeros = [&] {
+    reducer->ready(i, nullptr);
     if (p.use_view) p.tensor.mutable_grad() = p.view;
+  };
+  if (reducer->arrivals(i) == 0 || !g.defined()) return zeros();
+  if (p.grad_is_view()) {  // backward accumulated straight into the bucket
+    reducer->ready(i, p.view.data_ptr());
     return;
   }
-  if (p.grad_is_view()) return;  // backward accumulated straight into the bucket
   if (g.is_sparse()) {
     errors.push_back(sparse_error(p.name));
-    slot.zero_();
-    return;
+    return zeros();
   }
   if (!g.device().is_cpu()) {
     errors.push_back(fmt::format("parameter '{}' has its gradient on {}, but kolo reduces CPU "
                                  "tensors only",
                                  p.name, g.device().str()));
-    slot.zero_();
-    return;
+    return zeros();
   }
-  // A bucket of one parameter (every parameter above the bucket cap) adopts
-  // backward's fresh gradient tensor as its buffer: no copy at all.
-  if (p.use_view && b.params.size() == 1 && g.is_contiguous() && g.sizes() == p.tensor.sizes() &&
-      g.scalar_type() == b.flat.scalar_type()) {
-    b.flat = g.view({-1});
-    p.view = g;
+  if (g.is_contiguous() && g.sizes() == p.tensor.sizes() && g.scalar_type() == p.tensor.scalar_type()) {
+    // A bucket of this parameter alone (every parameter above the bucket
+    // cap) reduces backward's gradient tensor where it lies: no copy at all.
+    held.push_back(g);
+    if (!reducer->ready(i, g.data_ptr(), /*in_place=*/true) && p.use_view)
+      p.tensor.mutable_grad() = p.view;  // e.g. the user reset .grad and AccumulateGrad made a new one
     return;
   }
   // copy_ handles non-contiguous gradients and a dtype differing from the parameter's.
-  slot.view(g.sizes()).copy_(g);
-  // E.g. the user reset .grad to undefined and AccumulateGrad made a new one.
+  ::torch::Tensor flat = p.use_view ? p.view : ::torch::empty_like(p.tensor, ::torch::MemoryFormat::Contiguous);
+  flat.view(g.sizes()).copy_(g);
+  if (!p.use_view) held.push_back(flat);
+  reducer->ready(i, flat.data_ptr());
   if (p.use_view && g.sizes() == p.tensor.sizes()) p.tensor.mutable_grad() = p.view;
 }
 
-void DistributedOptimizer::Impl::launch_ready() {
-  while (next_launch < buckets.size() && buckets[next_launch].pending == 0)
-    launch(next_launch++);
-}
-
-void DistributedOptimizer::Impl::launch(std::size_t i) {
-  Bucket& b = buckets[i];
-  ::torch::NoGradGuard no_grad;
-  const auto n = static_cast<std::size_t>(b.flat.numel());
-  const double pre = o.gradient_predivide_factor;
-  if (pre != 1.0) b.flat.div_(pre);
-  if (t_first) {  // the engine's span of this allreduce then carries the bucket's name
-    timeline::name_next(fmt::format("bucket {}", i));
-    b.t_issue = timeline::now_ns();
+// The reduced gradient of parameter i into .grad. Caller holds mu.
+void DistributedOptimizer::Impl::write_result(std::size_t i) {
+  auto& p = params[i];
+  ::torch::Tensor& g = p.tensor.mutable_grad();
+  if (g.defined() && !g.is_sparse() && g.is_contiguous() && g.sizes() == p.tensor.sizes() &&
+      g.scalar_type() == p.tensor.scalar_type()) {
+    reducer->result(i, g.data_ptr());  // nothing moves where it was reduced in place or is the view
+    return;
   }
-  if (b.wire.defined()) {
-    b.wire.copy_(b.flat);
-    const DType wt = o.compression == Compression::FP16 ? DType::F16 : DType::BF16;
-    b.work = comm.allreduce_async(b.wire.data_ptr(), b.wire.data_ptr(), n, wt, Op::Sum);
-  } else {
-    // Under a Join the divisor is known only per step: sum, divide later.
-    const Op op = (o.reduction == Reduction::Average && pre == 1.0 && !join_attached) ? Op::Average : Op::Sum;
-    b.work = comm.allreduce_async(b.flat.data_ptr(), b.flat.data_ptr(), n, b.dtype, op);
-  }
-  b.launched = true;
-}
-
-void DistributedOptimizer::Impl::reset_step() {
-  for (auto& p : params) p.seen = p.ready = false;
-  for (auto& b : buckets) {
-    b.pending = b.params.size();
-    b.launched = false;
-    b.work = Work();
-    b.t_issue = 0;
-  }
-  next_launch = 0;
-  passes = 0;
-  errors.clear();
-  t_first = 0;
+  ::torch::Tensor out = p.use_view ? p.view : ::torch::empty_like(p.tensor, ::torch::MemoryFormat::Contiguous);
+  reducer->result(i, out.data_ptr());
+  if (g.defined() && !g.is_sparse() && g.sizes() == p.tensor.sizes() && g.is_non_overlapping_and_dense())
+    g.copy_(out);
+  else
+    g = p.use_view ? out : out.clone();
 }
 
 // shadow: a rank that has finished under a Join takes part in another
@@ -417,40 +322,29 @@ void DistributedOptimizer::Impl::reset_step() {
 void DistributedOptimizer::Impl::synchronize(bool shadow) {
   std::unique_lock<std::mutex> lock(mu);
   if (synchronized) return;
-  if (shadow) {
-    for (auto& b : buckets)
-      if (b.launched)
-        throw Error(err("Join::finish() after a backward pass without step(): this rank's "
-                        "gradients were already being communicated"));
-    reset_step();
-  }
-  const std::int64_t t_sync = t_first ? timeline::now_ns() : 0;
-  // Everything backward did not hand over, in bucket order.
+  if (shadow && reducer->started())
+    throw Error(err("Join::finish() after a backward pass without step(): this rank's "
+                    "gradients were already being communicated"));
+  reducer->begin_finish();
+  // Everything backward did not hand over.
   std::vector<std::size_t> missing;
-  for (auto& b : buckets) {
-    if (b.launched) continue;
-    for (auto pi : b.params) {
-      auto& p = params[pi];
-      if (p.ready) continue;
-      if (!p.seen && !o.find_unused_parameters && !shadow) missing.push_back(pi);
-      fill(pi);
+  if (!shadow)
+    for (auto i : reducer->unready()) {
+      if (reducer->arrivals(i) == 0 && !o.find_unused_parameters) missing.push_back(i);
+      hand_over(i);
     }
-    b.pending = 0;
-  }
-  launch_ready();
   std::exception_ptr comm_error;
-  for (std::size_t i = 0; i < buckets.size(); ++i) {
-    auto& b = buckets[i];
-    try {
-      b.work.wait();
-    } catch (...) {
-      if (!comm_error) comm_error = std::current_exception();
+  try {
+    if (shadow) {
+      errors.clear();
+      reducer->shadow();
+    } else {
+      reducer->finish();
     }
-    if (t_sync && b.t_issue)  // issue to done, as this thread saw it
-      timeline::span("torch", fmt::format("bucket {}", i), b.t_issue, timeline::now_ns(),
-                     fmt::format("\"bytes\": {}, \"params\": {}",
-                                 (b.wire.defined() ? b.wire : b.flat).nbytes(), b.params.size()));
+  } catch (...) {
+    comm_error = std::current_exception();
   }
+  held.clear();
   // Before any error is thrown: the peers take part in these too.
   if (!comm_error && o.broadcast_buffers && comm.size() > 1) {
     try {
@@ -469,53 +363,22 @@ void DistributedOptimizer::Impl::synchronize(bool shadow) {
     }
   }
   std::vector<std::string> errs = std::move(errors);
-  const std::int64_t t_backward = t_first;  // reset_step() clears it
-  reset_step();
+  errors.clear();
   if (comm_error) std::rethrow_exception(comm_error);
   if (!errs.empty()) throw Error(err(errs.front()));
   if (!missing.empty()) {
-    // params[] is in reverse registration order; name them in the module's order.
-    std::sort(missing.rbegin(), missing.rend());
     std::string names;
-    for (std::size_t i = 0; i < missing.size() && i < 10; ++i)
-      names += (i ? ", '" : "'") + params[missing[i]].name + "'";
+    for (std::size_t k = 0; k < missing.size() && k < 10; ++k)
+      names += (k ? ", '" : "'") + params[missing[k]].name + "'";
     if (missing.size() > 10) names += fmt::format(" and {} more", missing.size() - 10);
     throw Error(err(fmt::format(
         "{} {} received no gradient in this step; pass find_unused_parameters=true if that is "
         "intended",
         missing.size() == 1 ? "parameter" : "parameters", names)));
   }
-
   ::torch::NoGradGuard no_grad;
-  const double size = divisor();
-  const double pre = o.gradient_predivide_factor;
-  for (auto& b : buckets) {
-    if (b.wire.defined()) b.flat.copy_(b.wire);
-    const bool op_averaged =
-        !b.wire.defined() && o.reduction == Reduction::Average && pre == 1.0 && !join_attached;
-    if (!op_averaged) {
-      // Sum so far of (g / pre): Average wants sum/size, Sum wants the plain sum.
-      const double post = o.reduction == Reduction::Average ? size / pre : 1.0 / pre;
-      if (post != 1.0) b.flat.div_(post);
-    }
-    for (auto pi : b.params) {
-      auto& p = params[pi];
-      if (p.grad_is_view()) continue;  // already holds the result
-      ::torch::Tensor slot = p.view;
-      ::torch::Tensor& g = p.tensor.mutable_grad();
-      if (g.defined() && !g.is_sparse() && g.sizes() == p.tensor.sizes() &&
-          g.is_non_overlapping_and_dense()) {
-        g.copy_(slot);
-      } else {
-        g = slot.clone();
-      }
-    }
-  }
+  for (std::size_t i = 0; i < params.size(); ++i) write_result(i);
   synchronized = true;
-  if (t_sync) {
-    timeline::span("torch", "backward", t_backward, t_sync, "\"from\": \"the first gradient ready\"");
-    timeline::span("torch", "synchronize", t_sync, timeline::now_ns());
-  }
 }
 
 void DistributedOptimizer::Impl::zero_grad(bool set_to_none) {
@@ -538,15 +401,11 @@ void DistributedOptimizer::Impl::zero_grad(bool set_to_none) {
     opt->zero_grad();
     return;
   }
-  // One memset per bucket instead of one kernel per parameter.
-  for (auto& b : buckets) b.flat.zero_();
   for (auto& p : params) {
-    if (p.use_view) continue;
     auto& g = p.tensor.mutable_grad();
-    if (g.defined()) {
-      g = g.detach();
-      g.zero_();
-    }
+    if (!g.defined()) continue;
+    if (!p.use_view) g = g.detach();
+    g.zero_();
   }
 }
 
@@ -618,9 +477,10 @@ bool DistributedOptimizer::choosing_overlap() const { return impl_->overlap.deci
 
 std::vector<std::vector<std::string>> DistributedOptimizer::bucket_layout() const {
   std::vector<std::vector<std::string>> out;
-  for (const auto& b : impl_->buckets) {
+  const Reducer& r = *impl_->reducer;
+  for (std::size_t b = 0; b < r.buckets(); ++b) {
     out.emplace_back();
-    for (auto pi : b.params) out.back().push_back(impl_->params[pi].name);
+    for (auto i : r.bucket(b)) out.back().push_back(impl_->params[i].name);
   }
   return out;
 }
@@ -634,25 +494,18 @@ Join::Join(DistributedOptimizer& optimizer, GradScaler* scaler) : opt_(&optimize
                                    "could finish in the middle of a step)",
                                    im.o.backward_passes_per_step)));
   if (im.join_attached) throw Error(im.err("Join: the optimizer already has a Join attached"));
-  std::lock_guard<std::mutex> lock(im.mu);
   im.join_attached = true;
-  im.join_active = im.comm.size();
 }
 
 Join::~Join() {
-  std::lock_guard<std::mutex> lock(opt_->impl_->mu);
   opt_->impl_->join_attached = false;
-  opt_->impl_->join_active = 0;
+  opt_->impl_->reducer->forget_vote();  // ordinary averaging again
 }
 
 int Join::begin_step() {
   auto& im = *opt_->impl_;
   if (finished_) throw Error(im.err("Join::begin_step() after finish()"));
-  std::int32_t training = 1;
-  im.comm.allreduce(&training, 1, Op::Sum);
-  std::lock_guard<std::mutex> lock(im.mu);
-  im.join_active = training;
-  return training;
+  return im.reducer->vote(true);  // the coming step's divisor
 }
 
 std::int64_t Join::finish() {
@@ -660,14 +513,8 @@ std::int64_t Join::finish() {
   if (finished_) return 0;
   finished_ = true;
   std::int64_t shadowed = 0;
-  for (;;) {
-    std::int32_t training = 0;
-    im.comm.allreduce(&training, 1, Op::Sum);
-    if (training == 0) break;  // every rank is in finish(): all see 0 together
-    {
-      std::lock_guard<std::mutex> lock(im.mu);
-      im.join_active = training;
-    }
+  // Every rank in finish() votes 0: all see 0 together and return.
+  while (im.reducer->vote(false) > 0) {
     // The step the training ranks take: zero gradients into the same
     // allreduces, then the same update with the averaged result (through the
     // scaler: its collective inf check, its skip and its scale update).
@@ -682,7 +529,7 @@ std::int64_t Join::finish() {
     }
     ++shadowed;
   }
-  im.join_active = im.comm.size();
+  im.reducer->forget_vote();
   return shadowed;
 }
 

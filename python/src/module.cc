@@ -55,6 +55,15 @@
 //     0: the legacy default stream) — kolo.h's Place.
 //     gpu_transport() -> "host"|"none"    how CUDA memory moves (kolo.h)
 //   cuda_built() -> bool                   kolo has its GPU parts
+//   fusion_threshold(default_bytes) -> int  KOLO_FUSION_THRESHOLD / HOROVOD_FUSION_THRESHOLD
+//   class Reducer(comm, entries: list[(count, dtype, device, stream)], bucket_bytes,
+//                 first_bucket_bytes, op, prescale, postscale, wire (a dtype code: the
+//                 compressed dtype, or -1), passes, vote_each_step, timeline_category, what)
+//     — the gradient path (kolo/reducer.h): buckets() -> list[list[int]],
+//     arrived(i) -> 0 accumulate | 1 final | 2 extra, ready(i, ptr (0: zeros),
+//     in_place=False) -> bool, unready() -> list[int], started(), begin_finish(), finish(),
+//     results(ptrs: list[int], 0: skip), active(), vote(active) -> int,
+//     shadow(), reset(comm=None)
 //   class Work:  wait() (rethrows the collective's error), test() -> bool, valid()
 //   timeline_start(comm, path), timeline_stop(), timeline_on() -> bool,
 //   timeline_now_ns() -> int, timeline_name_next(name),
@@ -71,6 +80,7 @@
 #include <vector>
 
 #include "kolo/kolo.h"
+#include "kolo/reducer.h"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -162,6 +172,55 @@ PYBIND11_MODULE(_C, m) {
         [](const std::string& category, const std::string& name, std::int64_t b, std::int64_t e,
            const std::string& args) { kolo::timeline::span(category.c_str(), name, b, e, args); },
         "category"_a, "name"_a, "begin_ns"_a, "end_ns"_a, "args_json"_a = "");
+
+  m.def("fusion_threshold", [](std::int64_t d) { return kolo::fusion_threshold(cnt(d)); });
+
+  using R = kolo::Reducer;
+  using EntryTuple = std::tuple<std::int64_t, int, int, Ptr>;
+  py::class_<R>(m, "Reducer")
+      .def(py::init([](const C& c, const std::vector<EntryTuple>& list, std::int64_t bucket_bytes,
+                       std::int64_t first_bucket_bytes, int o, double prescale, double postscale, int wire,
+                       int passes, bool vote_each_step, const std::string& category, const std::string& what) {
+             std::vector<kolo::ReducerEntry> entries;
+             for (const auto& [n, t, d, st] : list) entries.push_back({cnt(n), dt(t), where(d, st)});
+             kolo::ReducerOptions opts;
+             opts.bucket_bytes = cnt(bucket_bytes);
+             opts.first_bucket_bytes = cnt(first_bucket_bytes);
+             opts.op = op(o);
+             opts.prescale = prescale;
+             opts.postscale = postscale;
+             opts.wire = wire < 0 ? kolo::Wire::Same
+                         : dt(wire) == kolo::DType::F16 ? kolo::Wire::F16
+                         : dt(wire) == kolo::DType::BF16 ? kolo::Wire::BF16
+                         : throw kolo::Error("kolo: a reducer compresses to f16 or bf16 only");
+             opts.passes = passes;
+             opts.vote_each_step = vote_each_step;
+             opts.timeline_category = category;
+             opts.what = what;
+             return R(c, std::move(entries), std::move(opts));
+           }), "comm"_a, "entries"_a, "bucket_bytes"_a, "first_bucket_bytes"_a, "op"_a, "prescale"_a = 1.0,
+           "postscale"_a = 1.0, "wire"_a = -1, "passes"_a = 1, "vote_each_step"_a = false,
+           "timeline_category"_a = std::string(), "what"_a = std::string("Reducer"))
+      .def("buckets", [](const R& r) {
+        std::vector<std::vector<std::size_t>> out;
+        for (std::size_t b = 0; b < r.buckets(); ++b) out.push_back(r.bucket(b));
+        return out;
+      })
+      .def("arrived", [](R& r, std::size_t i) { return static_cast<int>(r.arrived(i)); })
+      .def("ready", [](R& r, std::size_t i, Ptr g, bool in_place) { return r.ready(i, out(g), in_place); },
+           Release(), "i"_a, "grad"_a, "in_place"_a = false)
+      .def("unready", &R::unready)
+      .def("started", &R::started)
+      .def("begin_finish", &R::begin_finish)
+      .def("finish", &R::finish, Release())
+      .def("results", [](R& r, const std::vector<Ptr>& outs) {
+             for (std::size_t i = 0; i < outs.size(); ++i)
+               if (outs[i]) r.result(i, out(outs[i]));
+           }, Release())
+      .def("active", &R::active)
+      .def("vote", &R::vote, Release())
+      .def("shadow", &R::shadow, Release())
+      .def("reset", [](R& r, const C* c) { r.reset(c ? *c : C()); }, Release(), "comm"_a = nullptr);
 
   py::class_<C>(m, "Communicator")
       .def("rank", &C::rank)

@@ -48,6 +48,7 @@ std::vector<Setting> job_wide_settings() {
       {"KOLO_ALLREDUCE_ALGO", allreduce_algo()},
       {"KOLO_VERIFY_CALLS", verify_calls() ? "1" : "0"},
       {"KOLO_NAMED_CACHE", num(named_cache_capacity())},  // every rank's name table must evict alike
+      {"KOLO_FUSION_THRESHOLD", num(fusion_threshold())},  // the reducer's buckets must match
   };
 }
 

@@ -101,6 +101,18 @@ inline std::int64_t named_cycle_us() { return env_int("KOLO_NAMED_CYCLE_US", 100
 // pending nowhere are forgotten beyond it (Horovod's HOROVOD_CACHE_CAPACITY).
 inline std::int64_t named_cache_capacity() { return env_int("KOLO_NAMED_CACHE", 1024); }
 
+// --- the gradient reducer (include/kolo/reducer.h) ------------------------
+// Bytes of a fused gradient bucket (Horovod's fusion buffer; DDP's
+// bucket_cap_mb): KOLO_FUSION_THRESHOLD, else Horovod's
+// HOROVOD_FUSION_THRESHOLD; -1 (unset): each front's default (25 MiB in
+// torch, whose buckets overlap backward; 64 MiB in TensorFlow, whose
+// gradients arrive at once). 0: no fusion, a bucket per gradient.
+// HOROVOD_CYCLE_TIME has no meaning for the reducer, which issues a bucket
+// the moment it is full; for named operations it is KOLO_NAMED_CYCLE_US.
+inline std::int64_t fusion_threshold() {
+  return env_int("KOLO_FUSION_THRESHOLD", env_int("HOROVOD_FUSION_THRESHOLD", -1));
+}
+
 // --- settings every rank of a job must share --------------------------------
 // Each tunable above whose disagreement between ranks breaks a collective (a
 // different transport, algorithm or chunking means mismatched messages: a hang

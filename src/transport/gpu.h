@@ -97,4 +97,13 @@ std::unique_ptr<Plane> make_plane(int size, bool one_host);
 // the plane make_plane() would make, or "none" without CUDA.
 std::string planned_plane(int size, bool one_host);
 
+// The gradient reducer's fusion buffers on a CUDA device (reducer/
+// fusion_copy.h): memory of place.device, zeroed; and copies, casts and
+// scaling queued on place.stream, so they are ordered with the caller's
+// kernels and the bucket's allreduce on the same stream.
+std::shared_ptr<void> allocate(std::size_t bytes, const Place& place);
+void convert(void* dst, DType dt, const void* src, DType st, std::size_t count, double scale,
+             const Place& place);
+void zero(void* dst, std::size_t bytes, const Place& place);
+
 }  // namespace kolo::gpu

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "kolo/kolo.h"
+#include "kolo/reducer.h"
 #include "kolo/torch/batchnorm.h"
 #include "kolo/torch/grad_scaler.h"
 #include "kolo/torch/join.h"
@@ -96,7 +97,10 @@ enum class Overlap { Auto, Always, Never };
 enum class Reduction { Average, Sum };
 
 struct DistributedOptimizerOptions {
-  std::size_t bucket_cap_bytes = 25u << 20;       // cap of every bucket but the first
+  // Cap of every bucket but the first: KOLO_FUSION_THRESHOLD (or Horovod's
+  // HOROVOD_FUSION_THRESHOLD) where set, else 25 MiB (kolo/reducer.h). 0: a
+  // bucket per parameter.
+  std::size_t bucket_cap_bytes = kolo::fusion_threshold(25u << 20);
   std::size_t first_bucket_cap_bytes = 1u << 20;  // the first bucket starts communicating early
   // Gradient accumulation: k backward passes per step(). Passes 1..k-1 only
   // accumulate into .grad locally; the k-th communicates.

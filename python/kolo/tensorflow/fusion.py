@@ -1,23 +1,24 @@
 """Gradient reduction for DistributedGradientTape and the DistributedOptimizers,
-and join().
+and join(): an adapter over kolo's reducer (include/kolo/reducer.h,
+kolo._C.Reducer), which owns buckets, fusion, scaling and join's vote and
+shadow steps for every front.
 
-One step's dense gradients go through ONE kolo call per bucket: gradients of
-a floating dtype are concatenated into flat buffers of at most
-HOROVOD_FUSION_THRESHOLD bytes (default 64 MiB, Horovod's variable), reduced
-in place and split back — inside one tf.numpy_function when traced, so a
-step costs one Python callback whatever the number of variables. Other
-dtypes are reduced one by one in the same callback; tf.IndexedSlices are
-allgathered after it (or made dense first with sparse_as_dense).
+One step's dense gradients of a floating dtype go to the reducer as NumPy
+arrays, which fuses them into buckets of at most the fusion threshold
+(KOLO_FUSION_THRESHOLD or Horovod's HOROVOD_FUSION_THRESHOLD; default 64 MiB:
+they all arrive at once, so big buckets cost no overlap) — inside one
+tf.numpy_function when traced, so a step costs one Python callback whatever
+the number of variables. Other dtypes are reduced one by one in the same
+callback; tf.IndexedSlices are allgathered after it (or made dense first with
+sparse_as_dense).
 
-join(): each step begins with a one-element allreduce of "1 if this rank is
-still stepping"; a rank that called join() answers 0 and mirrors the
-buckets of its own last step with zeros until every rank has joined. So
-Sum and Average stay exact over the ranks that stepped (Average divides by
-their number). Buckets are built the same way on every rank from the same
-model, so a joined rank knows their sizes.
+join(): each step begins with the reducer's vote "1 if this rank is still
+stepping"; a rank that called join() answers 0 and shadows the buckets of
+its own last step with zeros until every rank has joined. So Sum and Average
+stay exact over the ranks that stepped (Average divides by their number).
+Buckets are laid out the same way on every rank from the same model, so a
+joined rank knows their sizes.
 """
-import os
-
 import numpy as np
 import tensorflow as tf
 
@@ -29,35 +30,29 @@ from kolo.tensorflow.collectives import allreduce
 from kolo.tensorflow.compression import Compression
 
 _FLOATS = ndarrays.FLOATS
+DEFAULT_FUSION_BYTES = 64 << 20
 
 
 def fusion_threshold():
-    return int(os.environ.get("HOROVOD_FUSION_THRESHOLD", 64 * 1024 * 1024))
+    return _C.fusion_threshold(DEFAULT_FUSION_BYTES)
 
 
 class _State:
-    layout = None  # the last step's [(numpy dtype, element count)] per bucket, for join()
-    rounds = 0     # steps this rank took since the last join()
+    reducer = None  # the last step's kolo._C.Reducer (join() shadows its buckets)
+    key = None      # what it was made for: communicator, gradients, op and scales
+    rounds = 0      # steps this rank took since the last join()
 
 
-def _buckets(arrays, limit):
-    """Indices of arrays grouped by dtype (first-appearance order), each group
-    cut into buckets of at most limit bytes (a bigger array is a bucket alone)."""
-    groups = {}
-    for i, a in enumerate(arrays):
-        if a.dtype in _FLOATS:
-            groups.setdefault(a.dtype, []).append(i)
-    out = []
-    for idx in groups.values():
-        cur, size = [], 0
-        for i in idx:
-            if cur and size + arrays[i].nbytes > limit:
-                out.append(cur)
-                cur, size = [], 0
-            cur.append(i)
-            size += arrays[i].nbytes
-        out.append(cur)
-    return out
+def _reducer(what, c, arrays, code, prescale, postscale):
+    """The reducer for this step's gradients: the last one where they are alike."""
+    key = ([(a.size, a.dtype) for a in arrays], code, prescale, postscale)
+    if _State.reducer is None or _State.key[0] is not c or _State.key[1:] != key:
+        cap = fusion_threshold()
+        entries = [(a.size, ndarrays._NATIVE[a.dtype], -1, 0) for a in arrays]
+        _State.reducer = _C.Reducer(c, entries, cap, cap, code, prescale=prescale, postscale=postscale,
+                                    vote_each_step=True, what=what)
+        _State.key = (c,) + key
+    return _State.reducer
 
 
 def _active_ranks(c, me_active):
@@ -68,33 +63,19 @@ def _active_ranks(c, me_active):
 
 def _reduce_arrays(what, c, arrays, code, prescale, postscale):
     """The dense part of one step, on NumPy arrays; returns new arrays."""
-    active = _active_ranks(c, True)
+    fused = [i for i, a in enumerate(arrays) if a.dtype in _FLOATS]
+    ins = [ndarrays._contiguous(arrays[i]) for i in fused]
+    r = _reducer(what, c, ins, code, prescale, postscale)
+    for k, a in enumerate(ins):
+        r.ready(k, ndarrays.ptr(a))
+    r.finish()
     _State.rounds += 1
-    average = code == _C.AVERAGE
-    wire = _C.SUM if average else code  # joined ranks add zeros; Average divides by `active`
-    if active != c.size() and code not in (_C.SUM, _C.AVERAGE):
-        raise RuntimeError(error(what, f"op {_C.op_name(code)} cannot run while ranks have joined "
-                                 "(join() supports Sum and Average)"))
     out = list(arrays)
-    buckets = _buckets(arrays, fusion_threshold())
-    _State.layout = []
-    for b in buckets:
-        flat = np.concatenate([arrays[i].reshape(-1) for i in b])
-        if prescale != 1.0:
-            flat *= flat.dtype.type(prescale)
-        ndarrays.allreduce_flat(c, flat, wire)
-        _State.layout.append((flat.dtype, flat.size))
-        factor = postscale / active if average else postscale
-        if factor != 1.0:
-            flat = (flat.astype(np.float32) * factor).astype(flat.dtype) if flat.dtype.itemsize < 4 \
-                else flat * flat.dtype.type(factor)
-        off = 0
-        for i in b:
-            out[i] = flat[off:off + arrays[i].size].reshape(arrays[i].shape)
-            off += arrays[i].size
-    fused = {i for b in buckets for i in b}
+    for i, a in zip(fused, ins):
+        out[i] = ndarrays.empty(a.shape, a.dtype)
+    r.results([ndarrays.ptr(out[i]) for i in fused])
     for i, a in enumerate(arrays):
-        if i not in fused:  # integer "gradients": rare; one call each, and not mirrored by join()
+        if a.dtype not in _FLOATS:  # integer "gradients": rare; one call each, and not mirrored by join()
             out[i] = ndarrays.allreduce(c, what, a, code, prescale, postscale)
     return out
 
@@ -129,12 +110,11 @@ def _join_arrays():
     """join() on NumPy: mirror the others' steps with zeros until all joined;
     returns the rank that joined last (the one that stepped the most)."""
     c = comm_of_world()
-    while _active_ranks(c, False):
-        if _State.layout is None:
+    while _active_ranks(c, False):  # the steps' vote, answered 0
+        if _State.reducer is None:
             raise RuntimeError(error("join", "other ranks are still reducing gradients, but this "
                                      "rank never did; it cannot know their sizes"))
-        for dtype, count in _State.layout:
-            ndarrays.allreduce_flat(c, np.zeros(count, dtype=dtype), _C.SUM)
+        _State.reducer.shadow()
     rounds = np.array([_State.rounds], dtype=np.int64)
     every = np.empty(c.size(), dtype=np.int64)
     c.allgather(ndarrays.ptr(rounds), ndarrays.ptr(every), 1, _C.I64)

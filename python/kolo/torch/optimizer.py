@@ -1,28 +1,29 @@
 """DistributedOptimizer: Horovod's wrapper that averages gradients over ranks.
 
+A thin adapter over kolo's reducer (include/kolo/reducer.h, kolo._C.Reducer),
+which owns the gradient path of every front: buckets in reverse parameter
+order (a first bucket of FIRST_BUCKET_BYTES so that communication starts
+early, then the fusion threshold: KOLO_FUSION_THRESHOLD or
+HOROVOD_FUSION_THRESHOLD, else 25 MiB), issued strictly in bucket order as
+their gradients become ready, fused, compressed, scaled, accumulated over
+backward_passes_per_step, and Horovod's join() vote and shadow steps. What
+lives here: the hooks on the gradient accumulators (each counts a pass and,
+at the last, hands the gradient to the reducer), tensor views, and writing
+the results back to p.grad.
+
 How a step runs (the same on every rank, so kolo's call-order matching holds):
-  * At construction the parameters are laid out in buckets, in reverse order
-    of the optimizer's parameter list (roughly the order backward finishes
-    them), closed at a dtype change or once they hold the size cap (1 MiB
-    for the first bucket so that communication starts early, 25 MiB after).
   * A hook on each parameter's gradient accumulator counts backward passes;
-    after backward_passes_per_step of them the gradient is ready. Buckets are
-    issued strictly in bucket order as soon as all their gradients are ready:
-    the gradients are copied (cast, with compression) into the bucket's flat
-    buffer and an asynchronous kolo allreduce starts while backward goes on.
-    A bucket of one gradient (every parameter above the cap) is reduced where
-    it lies, in p.grad, as Horovod does: no copy in or out.
-  * Just before the first bucket of a step, a one-element allreduce of an
-    "active" flag (1 on every rank that steps) is issued. A rank that has
-    called join() answers it with 0 and mirrors the step's buckets with
-    zeros, so ranks with more batches can go on; the flag's sum — the number
-    of ranks that really stepped — is the divisor of op=Average.
-  * synchronize() (called by step()) issues what is left (gradients that
+    after backward_passes_per_step of them the gradient is handed over and
+    the buckets complete by then start their allreduce while backward goes
+    on. A bucket of one gradient (every parameter above the cap) is reduced
+    where it lies, in p.grad, as Horovod does: no copy in or out.
+  * Each step's first allreduce is a one-element vote "1 if this rank steps".
+    A rank that has called join() answers it with 0 and mirrors the step's
+    buckets with zeros, so ranks with more batches can go on; the vote's sum
+    — the number of ranks that really stepped — is the divisor of op=Average.
+  * synchronize() (called by step()) hands over what is left (gradients that
     never arrived count as zeros, as in Horovod), waits, and writes the
     averaged gradients back to p.grad.
-  * op=Average without a predivide factor is kolo's Average (the division
-    happens in the reduction: no pass of its own); only when ranks have
-    joined are the results scaled by size / active afterwards.
 Gradient = sum over active ranks of (grad / gradient_predivide_factor),
 times gradient_predivide_factor / active_ranks for Average (Sum: the plain
 sum). Gradients accumulated over backward_passes_per_step are summed, not
@@ -42,54 +43,21 @@ from kolo.torch.compression import Compression
 from kolo.torch.dtypes import Average
 
 FIRST_BUCKET_BYTES = 1 << 20
-BUCKET_BYTES = 25 << 20
+BUCKET_BYTES = None  # None: the fusion threshold setting, else 25 MiB (as DDP's bucket_cap_mb)
+DEFAULT_BUCKET_BYTES = 25 << 20
 
 _latest = None  # weakref to the newest DistributedOptimizer (join() mirrors its buckets)
+_ACCUMULATE, _FINAL, _EXTRA = 0, 1, 2  # kolo._C.Reducer.arrived()
 
 
 def latest_optimizer():
     return _latest() if _latest is not None else None
 
 
-class _Bucket:
-    def __init__(self, params, wire_dtype):
-        self.params = params
-        n = sum(p.numel() for p in params)
-        # On the parameters' device: a CUDA model's buckets are reduced in CUDA
-        # memory, ordered on the stream backward computed the gradients on.
-        self.buffer = torch.zeros(n, dtype=wire_dtype, device=params[0].device)
-        self.views, off = [], 0
-        for p in params:
-            self.views.append(self.buffer[off:off + p.numel()])
-            off += p.numel()
-        self.code = dtypes._NATIVE.get(wire_dtype)
-        self.work = None
-        self.target = None  # what this step's allreduce reduces: buffer, or p.grad itself
-        self.t_issue = 0  # timeline: when its allreduce was issued (ns)
-
-
-def _wire_dtype(compression, p):
-    sent, _ = compression.compress(torch.zeros(1, dtype=p.dtype))
-    return sent.dtype
-
-
-def make_buckets(params, compression):
-    buckets, current, size, dtype, device = [], [], 0, None, None
-    cap = FIRST_BUCKET_BYTES
-    for p in reversed(params):
-        wire = _wire_dtype(compression, p)
-        if current and (wire != dtype or p.device != device):
-            buckets.append(_Bucket(current, dtype))
-            current, size = [], 0
-        current.append(p)
-        size += p.numel() * torch.empty(0, dtype=wire).element_size()
-        dtype, device = wire, p.device
-        if size >= cap:  # as DDP: a bucket closes once it holds at least the cap
-            buckets.append(_Bucket(current, dtype))
-            current, size, cap = [], 0, BUCKET_BYTES
-    if current:
-        buckets.append(_Bucket(current, dtype))
-    return buckets
+def _wire_code(compression):
+    """The compressed dtype's code, or -1 when the compression keeps the dtype."""
+    sent, _ = compression.compress(torch.zeros(1, dtype=torch.float32))
+    return -1 if sent.dtype == torch.float32 else dtypes._NATIVE[sent.dtype]
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -112,10 +80,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError(error(what, "gradient_predivide_factor needs op=Average"))
         if backward_passes_per_step < 1:
             raise ValueError(error(what, "backward_passes_per_step must be at least 1"))
-        self._average = code == _C.AVERAGE
+        self._op = code
         self._predivide = float(gradient_predivide_factor)
-        # The op on the wire, the same on every rank (join() mirrors it).
-        self._wire_op = _C.AVERAGE if self._average and self._predivide == 1.0 else _C.SUM
         self._compression = compression or Compression.none
         self.backward_passes_per_step = backward_passes_per_step
         self._sparse_as_dense = sparse_as_dense
@@ -129,20 +95,33 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if not p.is_floating_point():
                 raise TypeError(error(what, f"parameter '{self._names.get(p)}' has dtype {p.dtype}; "
                                       "gradients need a floating dtype"))
-        self._buckets = make_buckets(self._params, self._compression)
-        self._bucket_of = {p: b for b in self._buckets for p in b.params}
-        self._flag = torch.zeros(1, dtype=torch.int32, device="cpu")
-        self._flag_work = None
         self._rounds = 0  # steps this rank took part in as an active rank since the last join()
         self._should_synchronize = True
         self._synchronized = False
-        self._reset_round()
         self._serial = basics.communicator_serial()
+        self._held = {}  # gradients handed over this step (the reducer reads them until finish())
         self._grad_accs = []
+        self._reducer = self._make_reducer() if self._included else None
+        # The layout, in parameters: bucket i holds _buckets[i], in order.
+        self._buckets = ([[self._params[i] for i in b] for b in self._reducer.buckets()]
+                         if self._reducer is not None else [])
         if self._included:
             self._register_hooks()
         global _latest
         _latest = weakref.ref(self)
+
+    def _make_reducer(self):
+        entries = []
+        for p in self._params:
+            place = dtypes.place(p)
+            entries.append((p.numel(), dtypes._NATIVE[p.dtype], place.get("device", -1), place.get("stream", 0)))
+        bucket = BUCKET_BYTES if BUCKET_BYTES is not None else _C.fusion_threshold(DEFAULT_BUCKET_BYTES)
+        # Horovod's predivide: prescale 1/f, postscale f, with op Average.
+        pre = self._predivide
+        return _C.Reducer(self._comm(), entries, bucket, FIRST_BUCKET_BYTES, self._op,
+                          prescale=1.0 / pre, postscale=pre, wire=_wire_code(self._compression),
+                          passes=self.backward_passes_per_step, vote_each_step=True,
+                          timeline_category="torch", what=self._what)
 
     def _comm(self):
         """The communicator of the optimizer's process set (the global one by default)."""
@@ -169,26 +148,40 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return mapping
 
     def _register_hooks(self):
-        for p in self._params:
+        for i, p in enumerate(self._params):
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._make_hook(p))
+            acc.register_hook(self._make_hook(i, p))
             self._grad_accs.append(acc)  # keep the accumulator (and its hook) alive
 
-    def _make_hook(self, p):
+    def _make_hook(self, i, p):
         def hook(*_):
             self._drop_stale_round()
-            if p in self._ready:
+            arrival = self._reducer.arrived(i)
+            if arrival == _EXTRA:
                 raise AssertionError(error(self._what, f"the gradient of '{self._names.get(p)}' was "
                                            "computed more than backward_passes_per_step times "
                                            "before step() or synchronize(); raise "
                                            "backward_passes_per_step or call step()"))
-            if self._t_first is None:  # the timeline's "backward" starts at the first gradient
-                self._t_first = _C.timeline_now_ns() if _C.timeline_on() else 0
-            self._passes[p] = self._passes.get(p, 0) + 1
-            if self._passes[p] == self.backward_passes_per_step:
-                self._ready.add(p)
-                self._issue_ready()
+            if arrival == _FINAL:
+                self._hand_over(i, p)
         return hook
+
+    def _hand_over(self, i, p):
+        """p's gradient (None: zeros) to the reducer, which copies it into its bucket
+        or, a bucket of p alone, reduces it where it lies."""
+        g = p.grad
+        if g is None:
+            self._reducer.ready(i, 0)
+            return
+        own = not g.is_sparse and g.is_contiguous() and g.dtype == p.dtype and g.device == p.device
+        if not own:
+            # A sparse gradient is reduced densely whether or not sparse_as_dense
+            # is set: the same sums as Horovod's allgather of indices and values,
+            # the same on every rank whatever its gradient's sparsity; written
+            # back sparse.
+            g = (g.to_dense() if g.is_sparse else g).to(device=p.device, dtype=p.dtype).contiguous()
+        self._held[i] = g
+        self._reducer.ready(i, g.data_ptr(), own)
 
     # ---- one round -----------------------------------------------------------------
     def _drop_stale_round(self):
@@ -200,70 +193,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if serial == self._serial:
             return
         self._serial = serial
-        self._flag_work = None
-        for b in self._buckets:
-            b.work = b.target = None
         self._synchronized = False
-        self._reset_round()
-
-    def _reset_round(self):
-        self._passes = {}
-        self._ready = set()
-        self._next = 0  # index of the next bucket to issue
-        self._t_first = None  # timeline: first gradient of the round (0: timeline off)
-
-    def _start_round(self, active):
-        self._flag[0] = 1 if active else 0
-        ptr = self._flag.data_ptr()
-        self._flag_work = self._comm().allreduce_async(ptr, ptr, 1, _C.I32, _C.SUM)
-
-    def _issue_ready(self):
-        while self._next < len(self._buckets) and all(
-                p in self._ready for p in self._buckets[self._next].params):
-            self._issue(self._buckets[self._next])
-            self._next += 1
-
-    def _in_place(self, b):
-        """p.grad itself when the bucket is that one gradient and kolo can reduce it where it lies."""
-        if len(b.params) != 1 or self._predivide != 1.0:
-            return None
-        g = b.params[0].grad
-        if (g is None or g.is_sparse or g.device != b.buffer.device or g.dtype != b.buffer.dtype
-                or not g.is_contiguous()):
-            return None
-        return g
-
-    def _issue(self, b):
-        if self._flag_work is None:
-            self._start_round(True)
-        b.target = self._in_place(b)
-        if b.target is None:
-            self._fill(b)
-            b.target = b.buffer
-        ptr = b.target.data_ptr()
-        if self._t_first:
-            _C.timeline_name_next(f"bucket {self._next}")  # _issue_ready's index of b
-            b.t_issue = _C.timeline_now_ns()
-        b.work = self._comm().allreduce_async(ptr, ptr, b.buffer.numel(), b.code, self._wire_op,
-                                              **dtypes.place(b.target))
-
-    def _fill(self, b):
-        """Copies the bucket's gradients (zeros for those that never arrived) into its buffer."""
-        with torch.no_grad():
-            for p, view in zip(b.params, b.views):
-                g = p.grad
-                if g is None:
-                    view.zero_()
-                    continue
-                if g.is_sparse:
-                    # Reduced densely whether or not sparse_as_dense is set: the
-                    # same sums as Horovod's allgather of indices and values
-                    # (sparse_allreduce_async), and the same on every rank
-                    # whatever its gradient's sparsity; written back sparse.
-                    g = g.to_dense()
-                view.copy_(g.reshape(-1))
-            if self._predivide != 1.0:
-                b.buffer.div_(self._predivide)
+        self._held.clear()
+        self._reducer.reset(self._comm())
 
     def synchronize(self):
         """Finishes this step's allreduces and writes the results to p.grad."""
@@ -271,64 +203,35 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._synchronized = True
             return
         self._drop_stale_round()
-        for p in self._params:
-            self._ready.add(p)  # a gradient that never arrived counts as zeros
-        self._issue_ready()
-        if self._flag_work is None:  # no buckets at all: the flag still keeps join() in step
-            self._start_round(True)
-        targets = [b.target for b in self._buckets]
-        t_first = self._t_first
-        t_sync = _C.timeline_now_ns() if t_first else 0
+        r = self._reducer
+        r.begin_finish()
+        for i in r.unready():  # a gradient that never arrived counts as zeros
+            self._hand_over(i, self._params[i])
         try:
-            self._flag_work.wait()
-            active = int(self._flag[0])
-            for i, b in enumerate(self._buckets):
-                b.work.wait()
-                if t_first:  # issue to done, as this thread saw it
-                    _C.timeline_span("torch", f"bucket {i}", b.t_issue, _C.timeline_now_ns(),
-                                     f'"bytes": {b.buffer.numel() * b.buffer.element_size()}, '
-                                     f'"params": {len(b.params)}')
-            if t_first:
-                _C.timeline_span("torch", "backward", t_first, t_sync,
-                                 '"from": "the first gradient ready"')
-                _C.timeline_span("torch", "synchronize", t_sync, _C.timeline_now_ns())
+            r.finish()
         finally:
-            self._flag_work = None
-            for b in self._buckets:
-                b.work = b.target = None
-            self._reset_round()
+            self._held.clear()
         self._rounds += 1
-        # kolo returned the sum over all ranks of grad / predivide, or with
-        # Average on the wire that sum / size; joined ranks added zeros.
-        if not self._average:
-            scale = 1.0
-        elif self._wire_op == _C.AVERAGE:
-            scale = self._comm().size() / active
-        else:
-            scale = self._predivide / active
         with torch.no_grad():
-            for b, target in zip(self._buckets, targets):
-                if scale != 1.0:
-                    target.mul_(scale)
-                if target is not b.buffer:
-                    continue  # reduced in place: p.grad holds the result
-                for p, view in zip(b.params, b.views):
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    elif p.grad.is_sparse:  # as Horovod: a sparse gradient stays sparse
-                        p.grad = view.view_as(p).to_sparse()
-                        continue
-                    p.grad.copy_(view.view_as(p.grad))
+            outs, sparse = [], []
+            for p in self._params:
+                g = p.grad
+                if g is None:
+                    p.grad = g = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                elif g.is_sparse or not g.is_contiguous() or g.dtype != p.dtype:
+                    # As Horovod: a sparse gradient stays sparse.
+                    sparse.append((p, torch.empty_like(p, memory_format=torch.contiguous_format)))
+                    outs.append(sparse[-1][1].data_ptr())
+                    continue
+                outs.append(g.data_ptr())
+            r.results(outs)
+            for p, dense in sparse:
+                p.grad = dense.to_sparse() if p.grad.is_sparse else p.grad.copy_(dense)
         self._synchronized = True
 
     def mirror_step(self):
         """A joined rank's part in a step of the others: zeros for every bucket."""
-        with torch.no_grad():
-            for b in self._buckets:
-                b.buffer.zero_()
-                ptr = b.buffer.data_ptr()
-                self._comm().allreduce(ptr, ptr, b.buffer.numel(), b.code, self._wire_op,
-                                       **dtypes.place(b.buffer))
+        self._reducer.shadow()
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -361,7 +264,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, *args, **kwargs):
         self._drop_stale_round()
-        if self._flag_work is not None:
+        if self._reducer is not None and self._reducer.started():
             raise AssertionError(error(self._what, "optimizer.zero_grad() was called after "
                                        "loss.backward() but before optimizer.step() or "
                                        "optimizer.synchronize()"))

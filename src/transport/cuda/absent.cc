@@ -22,4 +22,10 @@ std::unique_ptr<Plane> make_plane(int, bool) { not_built("a collective"); }
 
 std::string planned_plane(int, bool) { return "none"; }
 
+std::shared_ptr<void> allocate(std::size_t, const Place&) { not_built("a gradient bucket"); }
+void convert(void*, DType, const void*, DType, std::size_t, double, const Place&) {
+  not_built("a gradient bucket");
+}
+void zero(void*, std::size_t, const Place&) { not_built("a gradient bucket"); }
+
 }  // namespace kolo::gpu

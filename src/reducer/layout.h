@@ -1,0 +1,20 @@
+// The reducer's bucket layout (include/kolo/reducer.h explains the rule).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kolo/reducer.h"
+
+namespace kolo::fusion {
+
+// The dtype entry i travels in.
+DType wire_dtype(DType entry, Wire wire);
+
+// Buckets of entry indices, each in buffer order: reverse registration
+// order, cut at a dtype or place change or at the cap. Throws for an entry
+// of a non-floating dtype (naming it and `what`).
+std::vector<std::vector<std::size_t>> plan_buckets(const std::vector<ReducerEntry>& entries,
+                                                   const ReducerOptions& o);
+
+}  // namespace kolo::fusion
