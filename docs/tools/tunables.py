@@ -31,6 +31,9 @@ def default_text(kind, expr):
         return str(eval(expr, {"__builtins__": {}}))  # only digits and shifts
     if re.fullmatch(r"-?[0-9]+", expr):
         return expr
+    m = re.fullmatch(r'env_(int|str)\("(\w+)",\s*(.*)\)', expr)  # Horovod's variable, else a default
+    if m:
+        return f"`{m.group(2)}`, else {default_text(m.group(1), m.group(3))}"
     m = re.fullmatch(r"(\w+)\(\)", expr)  # another tunable's value
     if m:
         return f"the value of `{m.group(1)}()`"
@@ -74,6 +77,13 @@ def rows():
         elif not s.startswith(("//",)):
             if not s.startswith(("struct", "int lo", "};", "const char", "std::string value")):
                 comment = []
+    # A tunable the parser above could not read (a definition over several
+    # lines, say) must fail here, not go missing from the page.
+    declared = set(re.findall(r'env_(?:int|str)\("(KOLO_[A-Z0-9_]+)"', HEADER.read_text()))
+    missing = sorted(declared - {r[0] for r in out})
+    if missing:
+        raise SystemExit(f"tunables.py: cannot read the declaration of {', '.join(missing)} in {HEADER} "
+                         "(one line per tunable: inline T name() { return env_...(...); })")
     return out
 
 

@@ -109,9 +109,7 @@ inline std::int64_t named_cache_capacity() { return env_int("KOLO_NAMED_CACHE", 
 // gradients arrive at once). 0: no fusion, a bucket per gradient.
 // HOROVOD_CYCLE_TIME has no meaning for the reducer, which issues a bucket
 // the moment it is full; for named operations it is KOLO_NAMED_CYCLE_US.
-inline std::int64_t fusion_threshold() {
-  return env_int("KOLO_FUSION_THRESHOLD", env_int("HOROVOD_FUSION_THRESHOLD", -1));
-}
+inline std::int64_t fusion_threshold() { return env_int("KOLO_FUSION_THRESHOLD", env_int("HOROVOD_FUSION_THRESHOLD", -1)); }
 
 // --- settings every rank of a job must share --------------------------------
 // Each tunable above whose disagreement between ranks breaks a collective (a
