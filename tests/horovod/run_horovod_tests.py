@@ -189,7 +189,7 @@ def make_shim(python, dest, shim):
 
 def outcomes(xml_files, timing=None):
     """{test name: 'passed'|'failed'|'skipped'} of one rank's JUnit XML; the
-    names of tests that failed on TIMING alone are added to `timing`."""
+    names of tests that failed on timing (TIMING's text, or one of TIMING_TESTS) are added to `timing`."""
     out = {}
     for path in xml_files:
         for case in ET.parse(path).getroot().iter("testcase"):
@@ -205,7 +205,7 @@ def outcomes(xml_files, timing=None):
 
 def run_job(args, env, workdir, tests, tag, timing=None):
     """One kolorun job running `tests` (pytest node ids); per-test outcomes over all ranks
-    (the tests that failed on TIMING alone on some rank are added to `timing`)."""
+    (the tests that failed on timing on some rank are added to `timing`, as outcomes() says)."""
     xml_dir = os.path.join(workdir, "xml", tag)
     os.makedirs(xml_dir, exist_ok=True)
     pytest = [args.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
@@ -243,7 +243,7 @@ def run_job(args, env, workdir, tests, tag, timing=None):
 
 
 def rerun_timing(args, env, workdir, tests, result, timing):
-    """Reruns each test that failed on TIMING alone in a job of its own, up to
+    """Reruns each test that failed on timing (outcomes()) in a job of its own, up to
     RERUNS times; says so either way, and counts the last run's outcome."""
     for name in sorted(n for n in timing if result.get(n) == "failed"):
         node = next(t for t in tests if t.split("::")[-1] == name)

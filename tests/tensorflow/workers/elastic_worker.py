@@ -101,8 +101,7 @@ def train(out_dir, hold_for_join):
                     step(tf.constant(x[mine]), tf.constant(ids[mine]), tf.constant(y[mine]),
                          tf.constant(hvd.size() / count, tf.float64))
                 except tf.errors.OpError as e:  # run() reads kolo's error out of TF's
-                    found = re.search(r"kolo rank \d+: [^\n]*", e.message)
-                    say(f"step failed: {type(e).__name__}: {found.group(0) if found else e.message[:300]}")
+                    report_failure("step", e, e.message)
                     raise
                 state.log = state.log + [(state.epoch, state.consumed, count)]  # a new list: save keeps the old
                 state.consumed += count
@@ -111,10 +110,10 @@ def train(out_dir, hold_for_join):
                 if len(state.log) % COMMIT_EVERY == 0:
                     if hold_for_join and hvd.size() < first_size and steps_here >= 6:
                         wait_for_newer_generation()
-                    state.commit()
+                    commit(state)
                 time.sleep(0.03)
             state.epoch, state.consumed = state.epoch + 1, 0
-            state.commit()
+            commit(state)
 
     run(state)
     # Every rank's result: the test checks they are all the same, rank 0's against the replay.
@@ -122,6 +121,21 @@ def train(out_dir, hold_for_join):
     path = os.path.join(out_dir, f"result.{hvd.rank()}.json")
     write_json(path, result)
     say(f"done: rank {hvd.rank()} size {hvd.size()} steps {len(state.log)}")
+
+
+def report_failure(where, e, message):
+    found = re.search(r"kolo rank \d+: [^\n]*", message)
+    say(f"{where} failed: {type(e).__name__}: {found.group(0) if found else message[:300]}")
+
+
+def commit(state):
+    """state.commit(), saying why it failed: a peer that dies after its last
+    step's allreduce is first noticed by the commit's broadcast, not a step."""
+    try:
+        state.commit()
+    except hvd.HorovodInternalError as e:
+        report_failure("commit", e, str(e))
+        raise
 
 
 def wait_for_newer_generation():
