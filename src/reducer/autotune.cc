@@ -54,7 +54,9 @@ std::unique_ptr<Autotune> Autotune::make(const std::vector<ReducerEntry>& entrie
     return nullptr;
   }
   const std::string path = config::autotune_log();
-  return std::unique_ptr<Autotune>(new Autotune(std::move(caps), o.first_bucket_bytes, static_cast<int>(warmup),
+  if (o.tune_after_steps < 0) fail("{}: tune_after_steps is {}; it must be >= 0", o.what, o.tune_after_steps);
+  return std::unique_ptr<Autotune>(new Autotune(std::move(caps), o.first_bucket_bytes,
+                                                static_cast<int>(warmup) + o.tune_after_steps,
                                                 static_cast<int>(steps), path, rank == 0));
 }
 

@@ -5,7 +5,8 @@
 // What it does. The candidates are the configured cap (the baseline, tried
 // first) and a fixed grid, 256 KiB to 64 MiB in steps of 4×, less every cap
 // that would give this model the layout of a cap already listed (a model of
-// 2 MiB has ~3 layouts, not 6). After KOLO_AUTOTUNE_WARMUP_STEPS steps, each
+// 2 MiB has ~3 layouts, not 6). After KOLO_AUTOTUNE_WARMUP_STEPS steps (and
+// after the front's own trial: ReducerOptions::tune_after_steps), each
 // candidate in turn is the layout for one untimed step (the change) and
 // KOLO_AUTOTUNE_STEPS timed ones; its score is the median step time (from
 // one finish() to the next, so backward's overlap with the buckets counts),
