@@ -24,6 +24,9 @@ DECL = re.compile(r"^(?:inline\s+)?[\w:<>]+\s+(\w+)\(\)")
 
 def default_text(kind, expr):
     expr = expr.strip()
+    m = re.fullmatch(r'env_(int|str)\("(\w+)",\s*(.*)\)', expr)  # Horovod's variable, else a default
+    if m:
+        return f"`{m.group(2)}`, else {default_text(m.group(1), m.group(3))}"
     if kind == "str":
         value = expr.strip('"')
         return f"`{value}`" if value else "(empty)"
@@ -31,9 +34,6 @@ def default_text(kind, expr):
         return str(eval(expr, {"__builtins__": {}}))  # only digits and shifts
     if re.fullmatch(r"-?[0-9]+", expr):
         return expr
-    m = re.fullmatch(r'env_(int|str)\("(\w+)",\s*(.*)\)', expr)  # Horovod's variable, else a default
-    if m:
-        return f"`{m.group(2)}`, else {default_text(m.group(1), m.group(3))}"
     m = re.fullmatch(r"(\w+)\(\)", expr)  # another tunable's value
     if m:
         return f"the value of `{m.group(1)}()`"

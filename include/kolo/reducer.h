@@ -77,6 +77,10 @@ struct ReducerOptions {
   // (1 per rank that steps, 0 from a joined rank, Reducer::vote(false));
   // its sum is the step's divisor for Average.
   bool vote_each_step = false;
+  // KOLO_AUTOTUNE: steps in which the front runs a trial of its own
+  // (kolo_torch's overlap trial); the autotune's warm-up begins after them,
+  // so that the two never time the same steps.
+  int tune_after_steps = 0;
   // Timeline spans ("backward", "bucket i", "synchronize") under this
   // category; empty: none.
   std::string timeline_category;

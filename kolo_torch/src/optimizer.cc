@@ -197,6 +197,8 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
   ro.wire = o.compression == Compression::FP16 ? Wire::F16
             : o.compression == Compression::BF16 ? Wire::BF16 : Wire::Same;
   ro.passes = o.backward_passes_per_step;
+  if (o.overlap == Overlap::Auto && comm.size() > 1)  // KOLO_AUTOTUNE times none of the overlap trial's steps
+    ro.tune_after_steps = detail::OverlapTrial::kWarmupSteps + 2 * o.overlap_trial_steps;
   ro.timeline_category = "torch";
   ro.what = "DistributedOptimizer";
   reducer = std::make_unique<Reducer>(comm, std::move(entries), std::move(ro));

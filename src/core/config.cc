@@ -49,6 +49,10 @@ std::vector<Setting> job_wide_settings() {
       {"KOLO_VERIFY_CALLS", verify_calls() ? "1" : "0"},
       {"KOLO_NAMED_CACHE", num(named_cache_capacity())},  // every rank's name table must evict alike
       {"KOLO_FUSION_THRESHOLD", num(fusion_threshold())},  // the reducer's buckets must match
+      // autotune's agreement is a collective at the same steps on every rank
+      {"KOLO_AUTOTUNE", autotune() ? "1" : "0"},
+      {"KOLO_AUTOTUNE_WARMUP_STEPS", num(autotune_warmup_steps())},
+      {"KOLO_AUTOTUNE_STEPS", num(autotune_steps())},
   };
 }
 

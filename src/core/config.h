@@ -111,6 +111,20 @@ inline std::int64_t named_cache_capacity() { return env_int("KOLO_NAMED_CACHE", 
 // the moment it is full; for named operations it is KOLO_NAMED_CYCLE_US.
 inline std::int64_t fusion_threshold() { return env_int("KOLO_FUSION_THRESHOLD", env_int("HOROVOD_FUSION_THRESHOLD", -1)); }
 
+// Self-tuning of the reducer's bucket cap (src/reducer/autotune.h):
+// KOLO_AUTOTUNE=1, else Horovod's HOROVOD_AUTOTUNE=1. Not with an explicit
+// KOLO_FUSION_THRESHOLD, which stays fixed (as Horovod keeps a knob the user
+// set). Every rank times the same steps and joins the same agreement.
+inline bool autotune() { return env_int("KOLO_AUTOTUNE", env_int("HOROVOD_AUTOTUNE", 0)) != 0; }
+// Steps run before the first candidate is timed (start-up effects: first
+// allocations, caches); after each change of layout one more step is not timed.
+inline std::int64_t autotune_warmup_steps() { return env_int("KOLO_AUTOTUNE_WARMUP_STEPS", 3); }
+// Timed steps per candidate bucket cap; its score is their median.
+inline std::int64_t autotune_steps() { return env_int("KOLO_AUTOTUNE_STEPS", 5); }
+// The CSV that rank 0 writes (one line per candidate tried, then the choice):
+// KOLO_AUTOTUNE_LOG, else HOROVOD_AUTOTUNE_LOG; empty: none.
+inline std::string autotune_log() { return env_str("KOLO_AUTOTUNE_LOG", env_str("HOROVOD_AUTOTUNE_LOG", "")); }
+
 // --- settings every rank of a job must share --------------------------------
 // Each tunable above whose disagreement between ranks breaks a collective (a
 // different transport, algorithm or chunking means mismatched messages: a hang

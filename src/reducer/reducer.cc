@@ -1,15 +1,19 @@
 // kolo::Reducer (include/kolo/reducer.h): one step's state machine — entries
 // readied in any order, buckets issued in order, the join vote, waiting,
-// scaling and results. The layout is layout.cc's, the copies fusion_copy.cc's.
+// scaling and results. The layout is layout.cc's, the copies fusion_copy.cc's,
+// the self-tuning of the layout autotune.cc's.
 #include "kolo/reducer.h"
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 
 #include "core/config.h"
 #include "core/error.h"
+#include "reducer/autotune.h"
 #include "reducer/fusion_copy.h"
 #include "reducer/layout.h"
 
@@ -22,8 +26,17 @@ std::size_t fusion_threshold(std::size_t front_default) {
 }
 
 struct Reducer::Impl {
+  // Entries of one dtype and place, consecutive in bucket order: their
+  // buckets are slices of one buffer, so a new layout (autotune) moves no
+  // entry, and slot() stays where a front keeps its gradient.
+  struct Run {
+    fusion::Buffer buffer;   // wire dtype: what is reduced
+    fusion::Buffer staging;  // entry dtype, where wire != dtype and slot() was asked for
+  };
   struct Entry {
     ReducerEntry spec;
+    std::size_t run = 0;
+    std::size_t run_offset = 0;  // elements into the run
     std::size_t bucket = 0;
     std::size_t offset = 0;  // elements into the bucket
     int arrivals = 0;        // this step's
@@ -35,8 +48,8 @@ struct Reducer::Impl {
     DType dtype = DType::F32;  // the entries'
     DType wire = DType::F32;
     Place place;
-    fusion::Buffer buffer;   // wire dtype: what is reduced
-    fusion::Buffer staging;  // entry dtype, where wire != dtype and slot() was asked for
+    std::size_t run = 0, start = 0;  // its slice of runs[run]: elements from start
+    void* buffer = nullptr;          // runs[run].buffer at start
     // This step:
     std::size_t pending = 0;
     void* target = nullptr;  // what is reduced: buffer, or an entry's gradient in place
@@ -50,6 +63,10 @@ struct Reducer::Impl {
   Op wire_op = Op::Sum;
   std::vector<Entry> entries;
   std::vector<Bucket> buckets;
+  std::vector<Run> runs;
+  std::unique_ptr<fusion::Autotune> tune;  // KOLO_AUTOTUNE
+  bool relayout = false;  // tune's cap changed: lay out anew when the next step begins
+  std::chrono::steady_clock::time_point last_end{};  // tune: the last step's end
 
   mutable std::mutex mu;
   std::size_t next = 0;     // the next bucket to issue
@@ -74,6 +91,59 @@ struct Reducer::Impl {
   }
   void mark_first() {
     if (!t_first && !o.timeline_category.empty() && timeline::on()) t_first = timeline::now_ns();
+  }
+
+  // The buckets for bucket cap `cap` (o.bucket_bytes, or autotune's), over
+  // the runs. Caller holds mu (or owns the reducer); nothing in flight.
+  void lay_out(std::size_t cap) {
+    o.bucket_bytes = cap;
+    std::vector<ReducerEntry> specs;
+    for (const auto& e : entries) specs.push_back(e.spec);
+    buckets.clear();
+    for (auto& list : fusion::plan_buckets(specs, o)) {
+      Bucket b;
+      const Entry& first = entries[list.front()];
+      b.dtype = first.spec.dtype;
+      b.wire = fusion::wire_dtype(b.dtype, o.wire);
+      b.place = first.spec.place;
+      b.run = first.run;
+      b.start = first.run_offset;
+      for (auto i : list) {
+        entries[i].bucket = buckets.size();
+        entries[i].offset = entries[i].run_offset - b.start;
+        b.count += entries[i].spec.count;
+      }
+      b.entries = std::move(list);
+      b.pending = b.entries.size();
+      b.buffer = at(runs[b.run].buffer.data(), b.start, b.wire);
+      b.target = b.buffer;
+      buckets.push_back(std::move(b));
+    }
+  }
+  // A step begins (its first arrival, readiness or shadow): autotune's new
+  // layout takes effect here, on every rank at the same step. Caller holds mu.
+  void begin_step() {
+    if (!relayout) return;
+    relayout = false;
+    lay_out(tune->cap());
+  }
+  // A step ended on this rank (finish() or shadow(), every rank alike):
+  // autotune times it and, when a candidate is measured, agrees its score
+  // with the other ranks (one allreduce) and picks the next layout.
+  // Without mu held.
+  void tune_step() {
+    if (!tune || !tune->tuning()) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = last_end == decltype(last_end){} ? -1.0 : std::chrono::duration<double>(now - last_end).count();
+    if (tune->step(seconds)) {
+      double score = tune->score();
+      comm.allreduce(&score, &score, 1, DType::F64, Op::Max);
+      std::lock_guard<std::mutex> lock(mu);
+      const std::size_t before = tune->cap();
+      tune->scored(score, buckets.size());
+      relayout = tune->cap() != before;
+    }
+    last_end = std::chrono::steady_clock::now();
   }
 
   // Caller holds mu.
@@ -168,6 +238,7 @@ struct Reducer::Impl {
       timeline::span(cat.c_str(), "backward", t_backward, t_sync, "\"from\": \"the first gradient ready\"");
       timeline::span(cat.c_str(), "synchronize", t_sync, timeline::now_ns());
     }
+    tune_step();
   }
 };
 
@@ -184,23 +255,21 @@ Reducer::Reducer(Communicator comm, std::vector<ReducerEntry> entries, ReducerOp
   else m.wire_op = m.o.op == Op::Average ? Op::Sum : m.o.op;
   m.last_active = m.comm.size();
   for (auto& e : entries) m.entries.push_back({e});
-  for (auto& list : fusion::plan_buckets(entries, m.o)) {
-    Impl::Bucket b;
-    const ReducerEntry& first = entries[list.front()];
-    b.dtype = first.dtype;
-    b.wire = fusion::wire_dtype(first.dtype, m.o.wire);
-    b.place = first.place;
+  // The runs: the layout with no cap cuts only at a dtype or place change.
+  ReducerOptions uncapped = m.o;
+  uncapped.bucket_bytes = uncapped.first_bucket_bytes = SIZE_MAX;
+  for (auto& list : fusion::plan_buckets(entries, uncapped)) {
+    std::size_t count = 0;
     for (auto i : list) {
-      m.entries[i].bucket = m.buckets.size();
-      m.entries[i].offset = b.count;
-      b.count += entries[i].count;
+      m.entries[i].run = m.runs.size();
+      m.entries[i].run_offset = count;
+      count += entries[i].count;
     }
-    b.entries = std::move(list);
-    b.pending = b.entries.size();
-    b.buffer = fusion::Buffer(b.wire_bytes(), b.place);
-    b.target = b.buffer.data();
-    m.buckets.push_back(std::move(b));
+    const ReducerEntry& first = entries[list.front()];
+    m.runs.push_back({fusion::Buffer(count * dtype_size(fusion::wire_dtype(first.dtype, m.o.wire)), first.place), {}});
   }
+  m.tune = fusion::Autotune::make(entries, m.o, m.comm.rank());
+  m.lay_out(m.o.bucket_bytes);
 }
 
 Reducer::Reducer(Reducer&&) noexcept = default;
@@ -227,15 +296,22 @@ void* Reducer::slot(std::size_t i) {
   const auto& e = m.entries[i];
   auto& b = m.buckets[e.bucket];
   if (!b.place.on_host()) m.error("slot() of gradient {}: its bucket is in CUDA memory", i);
-  if (b.wire == b.dtype) return m.at(b.buffer.data(), e.offset, b.wire);
-  if (!b.staging) b.staging = fusion::Buffer(b.count * dtype_size(b.dtype), b.place);
-  return m.at(b.staging.data(), e.offset, b.dtype);
+  if (b.wire == b.dtype) return m.at(m.runs[e.run].buffer.data(), e.run_offset, b.wire);
+  auto& run = m.runs[e.run];
+  if (!run.staging) {
+    std::size_t count = 0;
+    for (const auto& x : m.entries)
+      if (x.run == e.run) count += x.spec.count;
+    run.staging = fusion::Buffer(count * dtype_size(b.dtype), b.place);
+  }
+  return m.at(run.staging.data(), e.run_offset, b.dtype);
 }
 
 Reducer::Arrival Reducer::arrived(std::size_t i) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
   m.check(i);
+  m.begin_step();
   m.mark_first();
   auto& e = m.entries[i];
   if (e.ready || e.arrivals >= m.o.passes) return Arrival::Extra;
@@ -256,6 +332,7 @@ bool Reducer::ready(std::size_t i, void* grad, bool in_place) {
   {
     std::lock_guard<std::mutex> lock(m.mu);
     m.check(i);
+    m.begin_step();
     auto& e = m.entries[i];
     if (e.ready) m.error("gradient {} was handed over twice in one step", i);
     e.ready = true;
@@ -263,7 +340,7 @@ bool Reducer::ready(std::size_t i, void* grad, bool in_place) {
     b = &m.buckets[e.bucket];
     offset = e.offset;
     adopt = in_place && grad != nullptr && b->entries.size() == 1 && b->wire == b->dtype;
-    b->target = adopt ? grad : b->buffer.data();
+    b->target = adopt ? grad : b->buffer;
   }
   // The copy runs unlocked: other threads' hooks fill other slots meanwhile.
   const std::size_t n = m.entries[i].spec.count;
@@ -271,7 +348,7 @@ bool Reducer::ready(std::size_t i, void* grad, bool in_place) {
   if (adopt) {
     if (pre != 1.0) fusion::convert(grad, b->dtype, grad, b->dtype, n, pre, b->place);
   } else {
-    char* dst = m.at(b->buffer.data(), offset, b->wire);
+    char* dst = m.at(b->buffer, offset, b->wire);
     if (grad == nullptr) fusion::zero(dst, n * dtype_size(b->wire), b->place);
     else if (grad != dst || pre != 1.0) fusion::convert(dst, b->wire, grad, b->dtype, n, pre, b->place);
   }
@@ -308,6 +385,7 @@ void Reducer::finish() {
     if (m.readied != m.entries.size())
       m.error("finish() with {} of {} gradients not handed over (ready())", m.entries.size() - m.readied,
               m.entries.size());
+    if (m.readied == 0) m.begin_step();  // no entries: the step begins here
     if (m.o.vote_each_step && !m.vote_work.valid()) m.issue_vote(true);  // no buckets: the vote still keeps join() in step
     m.issue_ready();
     m.has_results = false;
@@ -357,10 +435,11 @@ void Reducer::shadow() {
       m.error("shadow() in a step whose own gradients are already being reduced (call it before backward "
               "or after step())");
     m.has_results = false;
+    m.begin_step();
     for (std::size_t k = 0; k < m.buckets.size(); ++k) {
       auto& b = m.buckets[k];
-      fusion::zero(b.buffer.data(), b.wire_bytes(), b.place);
-      b.target = b.buffer.data();
+      fusion::zero(b.buffer, b.wire_bytes(), b.place);
+      b.target = b.buffer;
       b.pending = 0;
       m.issue(k, /*with_vote=*/false);  // the joined rank answered the step's vote already
     }
@@ -376,7 +455,13 @@ void Reducer::reset(Communicator comm) {
   m.settle();
   m.reset_step();
   m.has_results = false;
-  for (auto& b : m.buckets) b.target = b.buffer.data();
+  for (auto& b : m.buckets) b.target = b.buffer;
+  if (m.tune) {  // every rank, old or new, tunes from the start
+    m.tune->restart();
+    m.relayout = false;
+    m.last_end = {};
+    m.lay_out(m.tune->cap());
+  }
   if (comm.valid()) {
     m.comm = std::move(comm);
     m.last_active = m.comm.size();

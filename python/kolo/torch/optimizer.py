@@ -102,13 +102,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._held = {}  # gradients handed over this step (the reducer reads them until finish())
         self._grad_accs = []
         self._reducer = self._make_reducer() if self._included else None
-        # The layout, in parameters: bucket i holds _buckets[i], in order.
-        self._buckets = ([[self._params[i] for i in b] for b in self._reducer.buckets()]
-                         if self._reducer is not None else [])
         if self._included:
             self._register_hooks()
         global _latest
         _latest = weakref.ref(self)
+
+    @property
+    def _buckets(self):
+        """The layout, in parameters: bucket i holds _buckets[i], in order (the
+        reducer's now: KOLO_AUTOTUNE changes it during the first steps)."""
+        return [[self._params[i] for i in b] for b in self._reducer.buckets()] if self._reducer is not None else []
 
     def _make_reducer(self):
         entries = []
