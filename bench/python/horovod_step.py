@@ -4,7 +4,8 @@ kolo's Horovod API: hvd.DistributedOptimizer instead of DDP. Rank 0 prints
 samples/s in the anchor's format. Start it with kolorun (any -np).
 
 Env: MODEL (cnn: conv32-conv64-fc128; mlp: 784-4096-4096-10), THREADS (1),
-STEPS (60), BATCH (per rank, 64), DATA (dataset dir).
+STEPS (60, timed), WARMUP (5, untimed steps before them; autotune_sweep.py sets
+it past KOLO_AUTOTUNE's trials), BATCH (per rank, 64), DATA (dataset dir).
 """
 import os
 import sys
@@ -34,9 +35,10 @@ if ws > 1:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average)
 B, steps = int(os.environ.get("BATCH", "64")), int(os.environ.get("STEPS", "60"))
+warmup = int(os.environ.get("WARMUP", "5"))
 idx = torch.arange(rank, len(X), ws)
-for s in range(steps + 5):
-    if s == 5:
+for s in range(steps + warmup):
+    if s == warmup:
         t0 = time.perf_counter()
     start = (s * B) % (len(idx) - B)
     b = idx[start:start + B]
