@@ -4,22 +4,36 @@ Eagerly, a CPU EagerTensor's buffer is read in place: ``np.asarray(t)`` is a
 read-only view of it (EagerTensor.__array__, no copy; kolo only reads
 inputs), and a result array becomes a tf.Tensor through DLPack
 (``tf.experimental.dlpack.from_dlpack``, no copy either; measured in
-bench/tensorflow). Inside a ``tf.function`` the same NumPy code runs in a
-``tf.numpy_function`` (stateful, so TF neither prunes nor reorders it against
-other kolo calls); kolo matches collectives by call order, so a graph must
-issue them in one order on every rank — TF runs stateful ops of one function
-in program order. XLA cannot compile a Python callback: a function with
+bench/tensorflow). In a graph the same NumPy code runs in a stateful
+``tf.numpy_function``. XLA cannot compile a Python callback: a function with
 ``jit_compile=True`` gets a clear error at trace time.
+
+Which collectives match how (kolo.h): a collective given a name is
+negotiated, as Horovod's named operations are, so ranks may issue it in any
+order; an unnamed one is matched by call order.
+  eagerly and in a tf.function: ``name=`` names it, else it is ordered (a
+    tf.function runs its stateful ops in program order, the same on every rank);
+  in a TF1 graph (tf.compat.v1, sessions), whose independent ops run in any
+    order on each rank: every collective is named, by its node's name (unique
+    in the graph, the same on every rank that built the same graph: Horovod
+    names its graph ops so). The few ordered calls left there (the fused
+    gradients of fusion.py, join, barrier) wait for the one created before
+    them, so every rank runs those in creation order.
+A kolo op in a graph runs its NumPy code in a tf.numpy_function that holds
+one of TF's inter-op threads while it waits (graph_ops.py says what that
+means for a TF1 graph that runs more collectives at once than it has threads).
 """
+import re
 import weakref
 
 import ml_dtypes
 import numpy as np
 import tensorflow as tf
 
-from kolo import _C, process_sets
+from kolo import process_sets
 from kolo.basics import error
-from kolo.tensorflow import ndarrays
+from kolo.names import operation_key
+from kolo.tensorflow import errors, graph_ops, ndarrays
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -109,60 +123,51 @@ def _refuse_xla(what):
                                         "compile without jit_compile"))
 
 
-class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
-    """A bad argument found while the collective runs (splits that do not fit,
-    a root outside the set): TF's error class, as Horovod raises, and a
-    ValueError. Inside a tf.function TF's py_func maps ValueError to the same."""
-
-    def __init__(self, message):
-        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+def _in_tf1_graph():
+    return not tf.executing_eagerly() and not tf.inside_function()
 
 
-class FailedPreconditionError(tf.errors.FailedPreconditionError, _C.Error):
-    """A collective kolo refused or lost (ranks that disagree, a dead peer):
-    TF's error class, as Horovod raises eagerly, and kolo's (kolo.KoloError).
-    Inside a tf.function TF reports it as an UnknownError carrying this text
-    (its py_func maps only a few Python classes)."""
-
-    def __init__(self, message):
-        tf.errors.FailedPreconditionError.__init__(self, None, None, message)
+def _node_name(name, what):
+    """A valid TF node name from the caller's name (TF makes it unique in its graph)."""
+    base = str(name) if name not in (None, "") else "kolo_" + what.replace(" ", "_")
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", base)
+    return base if re.match(r"[A-Za-z0-9.]", base) else "kolo_" + base
 
 
-def _eager(fn, arrays):
-    try:
-        return fn(*arrays)
-    except _C.Error as e:
-        raise FailedPreconditionError(str(e)) from None
-    except ValueError as e:
-        raise InvalidArgumentError(str(e)) from None
+def run_named(what, kind, name, fn, inputs, touts):
+    """fn(key, *arrays) -> list of arrays, where key names the operation for
+    the engine ("" when it is matched by call order; a multi-collective fn
+    names its parts key + suffix). Eagerly and in a tf.function, key comes
+    from `name`; in a TF1 graph, from the node's name (module docstring)."""
+    if tf.executing_eagerly():
+        key = operation_key(kind, name)
+        return [to_tensor(o) for o in errors.eager(lambda *a: fn(key, *a), [to_array(t) for t in inputs])]
+    _refuse_xla(what)
+    if not _in_tf1_graph():
+        key = operation_key(kind, name)
+        return graph_ops.numpy_function(lambda *a: fn(key, *a), inputs, touts, _node_name(name, what))[0]
+    node = {}
+    outs, _, op = graph_ops.numpy_function(lambda *a: fn(node["key"], *a), inputs, touts,
+                                           _node_name(name, what))
+    node["key"] = operation_key(kind, op.name)
+    return outs
 
 
-# TF1-style graphs (tf.compat.v1, sessions) run independent ops in any order,
-# and kolo matches collectives by order: each kolo op of a graph waits for the
-# one created before it, so every rank runs them in creation order. (A
-# tf.function orders its stateful ops by itself; the chain changes nothing.)
-_last_op = weakref.WeakKeyDictionary()
+# The ordered calls of a TF1 graph wait for the one created before them (module docstring).
+_last_ordered = weakref.WeakKeyDictionary()
 
 
 def run(what, fn, inputs, touts):
-    """fn(*arrays) -> list of arrays, on tf.Tensors: directly when eager, as a
-    tf.numpy_function in a graph. Returns a list of tf.Tensors (shapes in a
-    graph are unknown: the caller sets what it knows)."""
+    """fn(*arrays) -> list of arrays, on tf.Tensors, matched by call order:
+    directly when eager, as a tf.numpy_function in a graph. Returns a list of
+    tf.Tensors (shapes in a graph are unknown: the caller sets what it knows)."""
     if tf.executing_eagerly():
-        return [to_tensor(o) for o in _eager(fn, [to_array(t) for t in inputs])]
+        return [to_tensor(o) for o in errors.eager(fn, [to_array(t) for t in inputs])]
     _refuse_xla(what)
-    touts = list(touts)
-    none = not touts  # a numpy_function without outputs has no op to chain on: one dummy output
-
-    def call(*arrays):
-        outs = [ndarrays.aligned(o) for o in fn(*arrays)]
-        return [np.zeros((), np.int32)] if none else outs
+    if not _in_tf1_graph():
+        return graph_ops.numpy_function(fn, inputs, touts, _node_name(None, what))[0]
     graph = tf.compat.v1.get_default_graph()
-    before = _last_op.get(graph)
-    with tf.control_dependencies([before] if before is not None else []):
-        outs = tf.numpy_function(call, list(inputs), [tf.int32] if none else touts, stateful=True,
-                                 name="kolo_" + what.replace(" ", "_"))
-    if not isinstance(outs, (list, tuple)):
-        outs = [outs]
-    _last_op[graph] = outs[0].op
-    return [] if none else list(outs)
+    outs, op, _ = graph_ops.numpy_function(fn, inputs, touts, _node_name(None, what),
+                                           _last_ordered.get(graph))
+    _last_ordered[graph] = op
+    return outs
