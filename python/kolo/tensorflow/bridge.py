@@ -8,20 +8,19 @@ bench/tensorflow). In a graph the same NumPy code runs in a stateful
 ``tf.numpy_function``. XLA cannot compile a Python callback: a function with
 ``jit_compile=True`` gets a clear error at trace time.
 
-Which collectives match how (kolo.h): a collective given a name is
-negotiated, as Horovod's named operations are, so ranks may issue it in any
-order; an unnamed one is matched by call order.
-  eagerly and in a tf.function: ``name=`` names it, else it is ordered (a
-    tf.function runs its stateful ops in program order, the same on every rank);
-  in a TF1 graph (tf.compat.v1, sessions), whose independent ops run in any
-    order on each rank: every collective is named, by its node's name (unique
-    in the graph, the same on every rank that built the same graph: Horovod
-    names its graph ops so). The few ordered calls left there (the fused
-    gradients of fusion.py, join, barrier) wait for the one created before
-    them, so every rank runs those in creation order.
-A kolo op in a graph runs its NumPy code in a tf.numpy_function that holds
-one of TF's inter-op threads while it waits (graph_ops.py says what that
-means for a TF1 graph that runs more collectives at once than it has threads).
+Which collectives match how (kolo.h): a collective given ``name=`` is a
+named operation, negotiated as Horovod's are (a second one with that name in
+flight is an error); an unnamed one is matched by call order. In a graph a
+kolo op is a tf.numpy_function that holds one of TF's inter-op threads while
+it waits for its peers (graph_ops.py), so kolo ops of a graph run one at a
+time: a tf.function runs its stateful ops in program order, and in a TF1
+graph (tf.compat.v1, sessions), whose independent ops a session runs at once
+and in any order, each kolo op waits for the one created before it. Without
+that chain a session.run of more collectives than inter-op threads can take
+every thread of one rank with collectives its peers, their threads taken by
+others, never start (Horovod's own test_tensorflow.py does so: 30 allgathers
+in one run). So ranks must build a TF1 graph's collectives in one order, as
+Horovod's graph ops (named by their nodes) need too.
 """
 import re
 import weakref
@@ -123,10 +122,6 @@ def _refuse_xla(what):
                                         "compile without jit_compile"))
 
 
-def _in_tf1_graph():
-    return not tf.executing_eagerly() and not tf.inside_function()
-
-
 def _node_name(name, what):
     """A valid TF node name from the caller's name (TF makes it unique in its graph)."""
     base = str(name) if name not in (None, "") else "kolo_" + what.replace(" ", "_")
@@ -135,39 +130,31 @@ def _node_name(name, what):
 
 
 def run_named(what, kind, name, fn, inputs, touts):
-    """fn(key, *arrays) -> list of arrays, where key names the operation for
-    the engine ("" when it is matched by call order; a multi-collective fn
-    names its parts key + suffix). Eagerly and in a tf.function, key comes
-    from `name`; in a TF1 graph, from the node's name (module docstring)."""
+    """fn(key, *arrays) -> list of arrays, on tf.Tensors, where key is the
+    engine's name of the operation (kolo/names.py: from kind and `name`; ""
+    when unnamed, matched by call order; a fn of several collectives names
+    them key + a suffix). Returns a list of tf.Tensors (shapes in a graph are
+    unknown: the caller sets what it knows)."""
+    key = operation_key(kind, name)
     if tf.executing_eagerly():
-        key = operation_key(kind, name)
         return [to_tensor(o) for o in errors.eager(lambda *a: fn(key, *a), [to_array(t) for t in inputs])]
-    _refuse_xla(what)
-    if not _in_tf1_graph():
-        key = operation_key(kind, name)
-        return graph_ops.numpy_function(lambda *a: fn(key, *a), inputs, touts, _node_name(name, what))[0]
-    node = {}
-    outs, _, op = graph_ops.numpy_function(lambda *a: fn(node["key"], *a), inputs, touts,
-                                           _node_name(name, what))
-    node["key"] = operation_key(kind, op.name)
-    return outs
-
-
-# The ordered calls of a TF1 graph wait for the one created before them (module docstring).
-_last_ordered = weakref.WeakKeyDictionary()
+    return _in_graph(what, lambda *a: fn(key, *a), inputs, touts, _node_name(name, what))
 
 
 def run(what, fn, inputs, touts):
-    """fn(*arrays) -> list of arrays, on tf.Tensors, matched by call order:
-    directly when eager, as a tf.numpy_function in a graph. Returns a list of
-    tf.Tensors (shapes in a graph are unknown: the caller sets what it knows)."""
-    if tf.executing_eagerly():
-        return [to_tensor(o) for o in errors.eager(fn, [to_array(t) for t in inputs])]
+    """fn(*arrays) -> list of arrays, matched by call order (run_named, unnamed)."""
+    return run_named(what, None, None, lambda _key, *a: fn(*a), inputs, touts)
+
+
+# Each kolo op of a TF1 graph waits for the one created before it (module docstring).
+_last_op = weakref.WeakKeyDictionary()
+
+
+def _in_graph(what, call, inputs, touts, node_name):
     _refuse_xla(what)
-    if not _in_tf1_graph():
-        return graph_ops.numpy_function(fn, inputs, touts, _node_name(None, what))[0]
+    if tf.inside_function():  # program order already
+        return graph_ops.numpy_function(call, inputs, touts, node_name)[0]
     graph = tf.compat.v1.get_default_graph()
-    outs, op, _ = graph_ops.numpy_function(fn, inputs, touts, _node_name(None, what),
-                                           _last_ordered.get(graph))
-    _last_ordered[graph] = op
+    outs, last = graph_ops.numpy_function(call, inputs, touts, node_name, _last_op.get(graph))
+    _last_op[graph] = last
     return outs

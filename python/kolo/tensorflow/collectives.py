@@ -13,9 +13,8 @@ Min/Max/Product have no gradient (an error names them).
 
 ``name`` makes a collective a named operation, negotiated as Horovod's are:
 ranks may issue it in any order, and a second one with a name still in
-flight is an error (ValueError). Unnamed ones are matched by call order; in
-a TF1 graph every collective is named by its node (bridge.py says why).
-Horovod's grouped calls are one operation each; their members are named
+flight is an error (ValueError). Unnamed ones are matched by call order.
+In a graph kolo ops run one at a time (bridge.py). Horovod's grouped calls are one operation each; their members are named
 name.0, name.1, ... ``device_dense``/``device_sparse``/``ignore_name_scope``
 are accepted and ignored (kolo runs on the CPU).
 """

@@ -9,16 +9,10 @@ read after it.
 The numpy_function holds one of TensorFlow's inter-op threads while it
 waits for its peers (Horovod's asynchronous kernels do not; TF's C kernel
 API has asynchronous kernels, but their done-callback is valid only until
-the compute function returns, so none can finish later). Where kolo ops run
-one at a time that is harmless: a tf.function runs its stateful ops in
-program order, and the ordered calls of a TF1 graph are chained
-(bridge.py). The named collectives of a TF1 graph run at once, as TF
-schedules them: with more of them ready than inter-op threads, and ranks
-that start them in different orders, each rank's threads can all wait for
-collectives that its peers, their threads taken too, never start, until
-KOLO_TIMEOUT_MS fails them naming the missing operation. Polling from the
-graph (a tf.while_loop of short waits) does not help: TF's executor runs
-the next iteration on the same thread, ahead of the waiting ops.
+the compute function returns, so none can finish later; and polling from
+the graph, a tf.while_loop of short waits, does not free the thread: TF's
+executor runs the next iteration on the same thread, ahead of other ops).
+So kolo ops of one graph run one at a time (bridge.py).
 """
 import numpy as np
 import tensorflow as tf
@@ -46,15 +40,14 @@ def _results(call, arrays, touts, checked):
 
 def numpy_function(call, inputs, touts, node_name, after=None):
     """call(*arrays) as a stateful numpy_function named node_name (run after
-    the op `after`); returns (its results, the op that ends it, the
-    numpy_function's op)."""
+    the op `after`); returns (its results, the op that ends it)."""
     touts, checked = list(touts), errors.available()
     with tf.control_dependencies([after] if after is not None else []):
         outs = tf.numpy_function(lambda *a: _results(call, a, touts, checked), list(inputs),
                                  touts + [tf.int32], stateful=True, name=node_name)
     *outs, status = outs if isinstance(outs, (list, tuple)) else [outs]
     if not checked:
-        return list(outs), status.op, status.op
+        return list(outs), status.op
     done = errors.status_op(status)
     with tf.control_dependencies([done]):
-        return [tf.identity(o) for o in outs], done, status.op
+        return [tf.identity(o) for o in outs], done

@@ -42,11 +42,15 @@ raises(lambda: hvd.allgather(tf.ones([1, 2], tf.float32 if R == 0 else tf.float6
 graph = tf.function(lambda x: hvd.allreduce(x))
 raises(lambda: graph(tf.ones([3 + R])), tf.errors.FailedPreconditionError, me)
 check(same(graph(tf.ones([3])), [1.0] * 3, tf.float32), "usable after a mismatch in a graph")
+# (A graph of its own each: a TF1 graph's kolo ops run in creation order, so
+# running one runs those created before it.)
 with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
     bad = hvd.allgather(tf.ones([1, 2], tf.float32 if R == 0 else tf.float64))
     raises(lambda: sess.run(bad), tf.errors.FailedPreconditionError, me, "ranks disagree on the dtype")
+with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
     bad = hvd.alltoall(tf.ones([2 * N + 1]))
     raises(lambda: sess.run(bad), tf.errors.InvalidArgumentError, me, "not divisible")
+with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
     check(sess.run(hvd.allreduce(tf.ones([2]), op=hvd.Sum)).tolist() == [float(N)] * 2,
           "usable after a mismatch in a TF1 session")
 
