@@ -349,7 +349,8 @@ static Work alltoall_op(detail::Context& c, bool blocking, const void* in, void*
 
 static Work alltoallv_op(detail::Context& c, bool blocking, const void* in, const std::vector<std::size_t>& sc,
                          const std::vector<std::size_t>& so, void* out, const std::vector<std::size_t>& rc,
-                         const std::vector<std::size_t>& ro, DType t, const Place& place) {
+                         const std::vector<std::size_t>& ro, DType t, const Place& place,
+                         const std::string& name = {}) {
   const char* what = "alltoallv";
   check_dtype_op(what, t, Op::Sum, false);
   auto a = detail::alltoallv_args(what, c.size, t, sc, so, rc, ro);
@@ -367,7 +368,8 @@ static Work alltoallv_op(detail::Context& c, bool blocking, const void* in, cons
                [&c, a = std::move(a), t](collectives::Backend& be, const void* i, void* o) {
                  const std::size_t longest = detail::agree_alltoallv_counts(c, be, a);
                  be.alltoallv(i, o, a.layout(longest), t);
-               });
+               },
+               {}, name);
 }
 
 void Communicator::alltoall(const void* in, void* out, std::size_t count, DType t, const Place& place) {
@@ -392,8 +394,10 @@ void Communicator::alltoallv(const void* in, const std::vector<std::size_t>& sen
 Work Communicator::alltoallv_async(const void* in, const std::vector<std::size_t>& send_counts,
                                    const std::vector<std::size_t>& send_offsets, void* out,
                                    const std::vector<std::size_t>& recv_counts,
-                                   const std::vector<std::size_t>& recv_offsets, DType t, const Place& place) {
-  return alltoallv_op(ctx_of(ctx_), false, in, send_counts, send_offsets, out, recv_counts, recv_offsets, t, place);
+                                   const std::vector<std::size_t>& recv_offsets, DType t, const Place& place,
+                                   const std::string& name) {
+  return alltoallv_op(ctx_of(ctx_), false, in, send_counts, send_offsets, out, recv_counts, recv_offsets, t, place,
+                      name);
 }
 
 std::vector<std::size_t> Communicator::alltoallv_counts(const std::vector<std::size_t>& send_counts) {

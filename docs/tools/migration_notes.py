@@ -14,11 +14,11 @@ EQUIVALENT_DEFAULTS = {
     "Compression.none": ["None", "<class 'kolo.compression.NoneCompressor'>"],
 }
 
-ORDER = ("`horovod.torch`'s named operations (`name=` on allreduce, allgather, broadcast, "
-         "reducescatter) are negotiated as Horovod's are: ranks may issue them in any order, and a "
-         "second in-flight operation of one name is a `ValueError`. Unnamed ones, and every "
-         "collective of `kolo.tensorflow`, are matched by call order (as NCCL and DDP); there "
-         "`name=` labels the collective in the timeline")
+ORDER = ("named operations (`name=` on `horovod.torch`'s allreduce, allgather, broadcast, "
+         "reducescatter and on `horovod.tensorflow`'s collectives) are negotiated as Horovod's "
+         "are: ranks may issue them in any order, and a second in-flight operation of one name is "
+         "a `ValueError`. Unnamed ones (and alltoall in `kolo.torch`) are matched by call order "
+         "(as NCCL and DDP); a TF1 graph's collectives run in creation order, one at a time")
 
 PROCESS_SET = ("a kolo process set is a list of global ranks; Horovod's `ranks_or_comm` also takes "
                "an mpi4py communicator, which kolo cannot use (no MPI inside kolo): pass "
@@ -64,16 +64,11 @@ HOROVOD_NOTES = {
         "LocalGradientAggregationHelper": "Horovod's helper for `backward_passes_per_step > 1`, which "
                                           "kolo.tensorflow does not support (a clear error): "
                                           "accumulate gradients yourself",
-        "PartialDistributedGradientTape": "not built yet: reduce the shared variables' gradients with "
-                                          "`grouped_allreduce` and apply the local ones as they are",
         "ProcessSet": PROCESS_SET,
-        "SyncBatchNormalization": "not built yet (Horovod's `test_horovod_syncbn_cpu` fails on kolo); "
-                                  "use plain BatchNormalization",
         "check_extension": NOT_API,
         "check_num_rank_power_of_2": NOT_API + " (Adasum's precondition)",
         "gpu_available": "kolo.tensorflow reduces CPU tensors only (GPU tensors are an error): "
                          "use `tf.config.list_physical_devices('GPU')`",
-        "grouped_allreduce": "kolo's has no `name=` (matching is by call order); remove the argument",
         "grouped_reducescatter": "kolo adds `name=` and `ignore_name_scope=` (as its reducescatter): "
                                  "Horovod's calls work unchanged",
         "init": INIT,

@@ -227,7 +227,7 @@ class Communicator {
   Work alltoallv_async(const void* in, const std::vector<std::size_t>& send_counts,
                        const std::vector<std::size_t>& send_offsets, void* out,
                        const std::vector<std::size_t>& recv_counts, const std::vector<std::size_t>& recv_offsets,
-                       DType t, const Place& place = {});
+                       DType t, const Place& place = {}, const std::string& name = {});
   // What each rank sends this one, from what this one sends each rank
   // (Horovod's alltoall, where only the sender gives the splits): element j
   // of the result is rank j's send_counts[this rank]. A blocking collective

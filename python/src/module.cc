@@ -296,11 +296,11 @@ PYBIND11_MODULE(_C, m) {
            "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
       .def("alltoallv_async",
            [](C& c, Ptr i, const Counts& sc, const Counts& so, Ptr o, const Counts& rc, const Counts& ro, int t,
-              int d, Ptr st) {
+              int d, Ptr st, const std::string& nm) {
              return c.alltoallv_async(cin(i), counts(sc), counts(so), out(o), counts(rc), counts(ro), dt(t),
-                                      where(d, st));
+                                      where(d, st), nm);
            }, Release(), "in"_a, "send_counts"_a, "send_offsets"_a, "out"_a, "recv_counts"_a, "recv_offsets"_a,
-           "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0})
+           "dtype"_a, "device"_a = -1, "stream"_a = Ptr{0}, "name"_a = std::string())
       .def("alltoallv_counts", [](C& c, const Counts& sc) { return c.alltoallv_counts(counts(sc)); }, Release(),
            "send_counts"_a)
       .def("barrier", &C::barrier, Release())

@@ -104,7 +104,18 @@ void other_kinds(kolo::Communicator& comm) {
   for (std::size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = static_cast<double>(rank + i);
   std::vector<std::uint8_t> a2a_in(2 * size), a2a_out(2 * size, 0);
   for (int q = 0; q < size; ++q) a2a_in[2 * q] = a2a_in[2 * q + 1] = static_cast<std::uint8_t>(rank * 16 + q);
-  std::vector<kolo::Work> w(4);
+  // alltoallv, uneven: rank r sends q + 1 copies of r * 16 + q to rank q (rank 0: none to itself).
+  std::vector<std::size_t> v_send(size), v_recv(size);
+  std::vector<std::int32_t> v_in, v_out;
+  for (int q = 0; q < size; ++q) {
+    v_send[q] = static_cast<std::size_t>(q + 1) - (rank == 0 && q == 0);
+    v_recv[q] = static_cast<std::size_t>(rank + 1) - (q == 0 && rank == 0);
+    v_in.insert(v_in.end(), v_send[q], rank * 16 + q);
+  }
+  std::size_t v_total = 0;
+  for (auto n : v_recv) v_total += n;
+  v_out.assign(v_total, -1);
+  std::vector<kolo::Work> w(5);
   auto issue = [&](int which) {
     switch (which) {
       case 0: w[0] = comm.broadcast_async(bcast.data(), n, kolo::DType::I64, 1 % size, {}, {}, "bcast"); break;
@@ -113,9 +124,12 @@ void other_kinds(kolo::Communicator& comm) {
         w[2] = comm.reduce_scatter_async(rs_in.data(), rs_out.data(), n, kolo::DType::F64, kolo::Op::Max, {}, {}, "rs");
         break;
       case 3: w[3] = comm.alltoall_async(a2a_in.data(), a2a_out.data(), 2, kolo::DType::U8, {}, "a2a"); break;
+      case 4:
+        w[4] = comm.alltoallv_async(v_in.data(), v_send, {}, v_out.data(), v_recv, {}, kolo::DType::I32, {}, "a2av");
+        break;
     }
   };
-  for (int j = 0; j < 4; ++j) issue(rank % 2 ? 3 - j : j);
+  for (int j = 0; j < 5; ++j) issue(rank % 2 ? 4 - j : j);
   for (auto& x : w) x.wait();
   expect(std::all_of(bcast.begin(), bcast.end(), [](std::int64_t v) { return v == 77; }), "named broadcast");
   bool ok = true;
@@ -128,6 +142,9 @@ void other_kinds(kolo::Communicator& comm) {
   ok = true;
   for (int q = 0; q < size; ++q) ok &= a2a_out[2 * q] == q * 16 + rank && a2a_out[2 * q + 1] == q * 16 + rank;
   expect(ok, "named alltoall");
+  std::vector<std::int32_t> v_want;
+  for (int q = 0; q < size; ++q) v_want.insert(v_want.end(), v_recv[q], q * 16 + rank);
+  expect(v_out == v_want, "named alltoallv (uneven, a zero count)");
 }
 
 int order() {

@@ -3,8 +3,8 @@
 Names, arguments and defaults follow ``horovod.tensorflow``. Plain Python
 on TensorFlow's public API over kolo._C (no TensorFlow headers or ABI:
 any TF 2.x with Keras 3; tested on 2.21). Collectives run eagerly and
-inside tf.function (bridge.py), CPU tensors, matched by call order, not by
-name. Keras: kolo.tensorflow.keras.
+inside tf.function (bridge.py), CPU tensors; named ones negotiated as
+Horovod's are, unnamed ones matched by call order. Keras: kolo.tensorflow.keras.
 """
 from kolo._C import Error as KoloError
 from kolo.build_info import (  # noqa: F401
@@ -22,11 +22,13 @@ from kolo.tensorflow.collectives import (allreduce, grouped_allreduce, allgather
 from kolo.tensorflow.functions import (broadcast_variables, broadcast_global_variables,
                                        broadcast_object, broadcast_object_fn, allgather_object)
 from kolo.tensorflow.fusion import join
-from kolo.tensorflow.gradient_tape import DistributedGradientTape
+from kolo.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from kolo.tensorflow.optimizer import DistributedOptimizer
+from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization
 
 # Horovod's exception for a failed collective; kolo raises kolo.KoloError
-# (inside a tf.function TF wraps it in a tf.errors.OpError carrying its text).
+# (eagerly a tf.errors.FailedPreconditionError that is also a KoloError; in a
+# graph TF's FailedPreconditionError carrying kolo's text: errors.py).
 HorovodInternalError = KoloError
 
 # Horovod Elastic (hvd.elastic.run, TensorFlowKerasState, TensorFlowState): elastic.py.

@@ -4,22 +4,35 @@ Eagerly, a CPU EagerTensor's buffer is read in place: ``np.asarray(t)`` is a
 read-only view of it (EagerTensor.__array__, no copy; kolo only reads
 inputs), and a result array becomes a tf.Tensor through DLPack
 (``tf.experimental.dlpack.from_dlpack``, no copy either; measured in
-bench/tensorflow). Inside a ``tf.function`` the same NumPy code runs in a
-``tf.numpy_function`` (stateful, so TF neither prunes nor reorders it against
-other kolo calls); kolo matches collectives by call order, so a graph must
-issue them in one order on every rank — TF runs stateful ops of one function
-in program order. XLA cannot compile a Python callback: a function with
+bench/tensorflow). In a graph the same NumPy code runs in a stateful
+``tf.numpy_function``. XLA cannot compile a Python callback: a function with
 ``jit_compile=True`` gets a clear error at trace time.
+
+Which collectives match how (kolo.h): a collective given ``name=`` is a
+named operation, negotiated as Horovod's are (a second one with that name in
+flight is an error); an unnamed one is matched by call order. In a graph a
+kolo op is a tf.numpy_function that holds one of TF's inter-op threads while
+it waits for its peers (graph_ops.py), so kolo ops of a graph run one at a
+time: a tf.function runs its stateful ops in program order, and in a TF1
+graph (tf.compat.v1, sessions), whose independent ops a session runs at once
+and in any order, each kolo op waits for the one created before it. Without
+that chain a session.run of more collectives than inter-op threads can take
+every thread of one rank with collectives its peers, their threads taken by
+others, never start (Horovod's own test_tensorflow.py does so: 30 allgathers
+in one run). So ranks must build a TF1 graph's collectives in one order, as
+Horovod's graph ops (named by their nodes) need too.
 """
+import re
 import weakref
 
 import ml_dtypes
 import numpy as np
 import tensorflow as tf
 
-from kolo import _C, process_sets
+from kolo import process_sets
 from kolo.basics import error
-from kolo.tensorflow import ndarrays
+from kolo.names import operation_key
+from kolo.tensorflow import errors, graph_ops, ndarrays
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -109,60 +122,39 @@ def _refuse_xla(what):
                                         "compile without jit_compile"))
 
 
-class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
-    """A bad argument found while the collective runs (splits that do not fit,
-    a root outside the set): TF's error class, as Horovod raises, and a
-    ValueError. Inside a tf.function TF's py_func maps ValueError to the same."""
-
-    def __init__(self, message):
-        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+def _node_name(name, what):
+    """A valid TF node name from the caller's name (TF makes it unique in its graph)."""
+    base = str(name) if name not in (None, "") else "kolo_" + what.replace(" ", "_")
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", base)
+    return base if re.match(r"[A-Za-z0-9.]", base) else "kolo_" + base
 
 
-class FailedPreconditionError(tf.errors.FailedPreconditionError, _C.Error):
-    """A collective kolo refused or lost (ranks that disagree, a dead peer):
-    TF's error class, as Horovod raises eagerly, and kolo's (kolo.KoloError).
-    Inside a tf.function TF reports it as an UnknownError carrying this text
-    (its py_func maps only a few Python classes)."""
-
-    def __init__(self, message):
-        tf.errors.FailedPreconditionError.__init__(self, None, None, message)
-
-
-def _eager(fn, arrays):
-    try:
-        return fn(*arrays)
-    except _C.Error as e:
-        raise FailedPreconditionError(str(e)) from None
-    except ValueError as e:
-        raise InvalidArgumentError(str(e)) from None
-
-
-# TF1-style graphs (tf.compat.v1, sessions) run independent ops in any order,
-# and kolo matches collectives by order: each kolo op of a graph waits for the
-# one created before it, so every rank runs them in creation order. (A
-# tf.function orders its stateful ops by itself; the chain changes nothing.)
-_last_op = weakref.WeakKeyDictionary()
+def run_named(what, kind, name, fn, inputs, touts):
+    """fn(key, *arrays) -> list of arrays, on tf.Tensors, where key is the
+    engine's name of the operation (kolo/names.py: from kind and `name`; ""
+    when unnamed, matched by call order; a fn of several collectives names
+    them key + a suffix). Returns a list of tf.Tensors (shapes in a graph are
+    unknown: the caller sets what it knows)."""
+    key = operation_key(kind, name)
+    if tf.executing_eagerly():
+        return [to_tensor(o) for o in errors.eager(lambda *a: fn(key, *a), [to_array(t) for t in inputs])]
+    return _in_graph(what, lambda *a: fn(key, *a), inputs, touts, _node_name(name, what))
 
 
 def run(what, fn, inputs, touts):
-    """fn(*arrays) -> list of arrays, on tf.Tensors: directly when eager, as a
-    tf.numpy_function in a graph. Returns a list of tf.Tensors (shapes in a
-    graph are unknown: the caller sets what it knows)."""
-    if tf.executing_eagerly():
-        return [to_tensor(o) for o in _eager(fn, [to_array(t) for t in inputs])]
-    _refuse_xla(what)
-    touts = list(touts)
-    none = not touts  # a numpy_function without outputs has no op to chain on: one dummy output
+    """fn(*arrays) -> list of arrays, matched by call order (run_named, unnamed)."""
+    return run_named(what, None, None, lambda _key, *a: fn(*a), inputs, touts)
 
-    def call(*arrays):
-        outs = [ndarrays.aligned(o) for o in fn(*arrays)]
-        return [np.zeros((), np.int32)] if none else outs
+
+# Each kolo op of a TF1 graph waits for the one created before it (module docstring).
+_last_op = weakref.WeakKeyDictionary()
+
+
+def _in_graph(what, call, inputs, touts, node_name):
+    _refuse_xla(what)
+    if tf.inside_function():  # program order already
+        return graph_ops.numpy_function(call, inputs, touts, node_name)[0]
     graph = tf.compat.v1.get_default_graph()
-    before = _last_op.get(graph)
-    with tf.control_dependencies([before] if before is not None else []):
-        outs = tf.numpy_function(call, list(inputs), [tf.int32] if none else touts, stateful=True,
-                                 name="kolo_" + what.replace(" ", "_"))
-    if not isinstance(outs, (list, tuple)):
-        outs = [outs]
-    _last_op[graph] = outs[0].op
-    return [] if none else list(outs)
+    outs, last = graph_ops.numpy_function(call, inputs, touts, node_name, _last_op.get(graph))
+    _last_op[graph] = last
+    return outs

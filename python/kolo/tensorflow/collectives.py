@@ -9,10 +9,14 @@ Horovod's gradients (as kolo.torch's, kolo/torch/autograd.py):
   broadcast(x, root)   -> allreduce(grad, Average) on root, zeros elsewhere
   alltoall(x, splits)  -> alltoall(grad, received_splits)
   reducescatter(x, op) -> allgather(grad) * prescale * postscale (* size for Sum)
-Min/Max/Product have no gradient (an error names them). kolo matches
-collectives by call order, never by name: ``name`` labels the timeline only.
-``device_dense``/``device_sparse``/``ignore_name_scope`` are accepted and
-ignored (kolo runs on the CPU; there are no names to scope).
+Min/Max/Product have no gradient (an error names them).
+
+``name`` makes a collective a named operation, negotiated as Horovod's are:
+ranks may issue it in any order, and a second one with a name still in
+flight is an error (ValueError). Unnamed ones are matched by call order.
+In a graph kolo ops run one at a time (bridge.py). Horovod's grouped calls are one operation each; their members are named
+name.0, name.1, ... ``device_dense``/``device_sparse``/``ignore_name_scope``
+are accepted and ignored (kolo runs on the CPU).
 """
 import numpy as np
 import tensorflow as tf
@@ -67,10 +71,10 @@ def _grad_code(what, code):
 def _allreduce_dense(what, t, code, pre, post, ps, name=None):
     bridge.comm(ps, what)  # an unregistered set or a non-member fails here, at the call
 
-    def fn(a):
+    def fn(key, a):
         _name_next(name)
-        return [ndarrays.allreduce(bridge.comm(ps, what), what, a, code, pre, post)]
-    out, = bridge.run(what, fn, [t], [t.dtype])
+        return [ndarrays.allreduce(bridge.comm(ps, what), what, a, code, pre, post, key)]
+    out, = bridge.run_named(what, "allreduce", name, fn, [t], [t.dtype])
     bridge.set_shape(out, t.shape)
     return out
 
@@ -85,8 +89,7 @@ def _sparse_allreduce(what, slices, code, pre, post, ps, name):
     if pre != 1.0 or post != 1.0:
         raise NotImplementedError(error(what, "prescale_factor/postscale_factor are not supported "
                                         "for tf.IndexedSlices"))
-    values = allgather(slices.values, name=name, process_set=ps)
-    indices = allgather(slices.indices, name=name, process_set=ps)
+    values, indices = grouped_allgather([slices.values, slices.indices], name=name, process_set=ps)
     if code == _C.AVERAGE:
         values = values / tf.cast(bridge.size_tensor(ps, what), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
@@ -116,13 +119,19 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     return (compression or Compression.none).decompress(_differentiable(forward, backward, sent), ctx)
 
 
-def _grouped_allreduce_dense(what, ts, code, pre, post, ps):
+def _member(key, i):
+    """A grouped call's i-th operation: its own name (one name in flight once)."""
+    return f"{key}.{i}" if key else ""
+
+
+def _grouped_allreduce_dense(what, ts, code, pre, post, ps, name=None):
     bridge.comm(ps, what)
 
-    def fn(*arrays):
+    def fn(key, *arrays):
         c = bridge.comm(ps, what)
-        return [ndarrays.allreduce(c, what, a, code, pre, post) for a in arrays]
-    outs = bridge.run(what, fn, ts, [t.dtype for t in ts])
+        return [ndarrays.allreduce(c, what, a, code, pre, post, _member(key, i))
+                for i, a in enumerate(arrays)]
+    outs = bridge.run_named(what, "grouped_allreduce", name, fn, ts, [t.dtype for t in ts])
     for o, t in zip(outs, ts):
         bridge.set_shape(o, t.shape)
     return outs
@@ -131,7 +140,7 @@ def _grouped_allreduce_dense(what, ts, code, pre, post, ps):
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set,
-                      ignore_name_scope=False):
+                      ignore_name_scope=False, name=None):
     """allreduce of each tensor of a list, in one call (one tf.numpy_function
     in a graph); differentiable as a whole."""
     what = "grouped_allreduce"
@@ -143,9 +152,10 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         reduced = iter(grouped_allreduce(dense, op=op, compression=compression,
                                          prescale_factor=prescale_factor,
                                          postscale_factor=postscale_factor,
-                                         process_set=process_set) if dense else [])
+                                         process_set=process_set, name=name) if dense else [])
         sparse = {i: allreduce(t, op=op, prescale_factor=prescale_factor,
-                               postscale_factor=postscale_factor, process_set=process_set)
+                               postscale_factor=postscale_factor, process_set=process_set,
+                               name=None if name is None else f"{name}.sparse.{i}")
                   for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)}
         return [sparse[i] if i in sparse else next(reduced) for i in range(len(tensors))]
     compression = compression or Compression.none
@@ -155,7 +165,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     sent = [compression.compress(t) for t in ts]
     xs = [s for s, _ in sent]
     if not all(x.dtype.is_floating for x in xs) or (tf.executing_eagerly() and not _recording()):
-        outs = _grouped_allreduce_dense(what, xs, code, prescale_factor, postscale_factor, process_set)
+        outs = _grouped_allreduce_dense(what, xs, code, prescale_factor, postscale_factor, process_set,
+                                        name)
     else:
         @tf.custom_gradient
         def f(*xs):
@@ -165,20 +176,24 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                     _grad_code("grouped_allreduce backward", code), prescale_factor,
                     postscale_factor, process_set)
             return _grouped_allreduce_dense(what, list(xs), code, prescale_factor,
-                                            postscale_factor, process_set), grad
+                                            postscale_factor, process_set, name), grad
         outs = f(*xs)
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, sent)]
 
 
 # ---- allgather ---------------------------------------------------------------------
+def _gathered_shape(t):
+    return [None] + t.shape[1:] if t.shape.rank else [None]
+
+
 def _allgather_plain(what, t, ps, name=None):
     bridge.comm(ps, what)
 
-    def fn(a):
+    def fn(key, a):
         _name_next(name)
-        return [ndarrays.allgather(bridge.comm(ps, what), what, a)]
-    out, = bridge.run(what, fn, [t], [t.dtype])
-    bridge.set_shape(out, [None] + t.shape[1:] if t.shape.rank else [None])
+        return [ndarrays.allgather(bridge.comm(ps, what), what, a, key)]
+    out, = bridge.run_named(what, "allgather", name, fn, [t], [t.dtype])
+    bridge.set_shape(out, _gathered_shape(t))
     return out
 
 
@@ -187,13 +202,13 @@ def _allgather_backward(dy, x, ps):
     what = "allgather backward"
     rows = tf.shape(x, out_type=tf.int64)[:1] if x.shape.rank != 0 else tf.ones([1], tf.int64)
 
-    def fn(g, mine):
+    def fn(key, g, mine):
         c = bridge.comm(ps, what)
-        summed = ndarrays.allreduce(c, what, g, _C.AVERAGE)
-        every = ndarrays.allgather(c, what, mine)
+        summed = ndarrays.allreduce(c, what, g, _C.AVERAGE, name=key)
+        every = ndarrays.allgather(c, what, mine, _member(key, "rows"))
         offset = int(every[:c.rank()].sum())
         return [summed[offset:offset + int(mine[0])]]
-    out, = bridge.run(what, fn, [dy, rows], [dy.dtype])
+    out, = bridge.run_named(what, "allgather_grad", None, fn, [dy, rows], [dy.dtype])
     return tf.reshape(out, tf.shape(x))
 
 
@@ -205,8 +220,35 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
                            lambda dy: _allgather_backward(dy, t, process_set), t)
 
 
+def _grouped_allgather_plain(what, ts, ps, name):
+    bridge.comm(ps, what)
+
+    def fn(key, *arrays):
+        c = bridge.comm(ps, what)
+        return [ndarrays.allgather(c, what, a, _member(key, i)) for i, a in enumerate(arrays)]
+    outs = bridge.run_named(what, "grouped_allgather", name, fn, ts, [t.dtype for t in ts])
+    for o, t in zip(outs, ts):
+        bridge.set_shape(o, _gathered_shape(t))
+    return outs
+
+
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
-    return [allgather(t, name=name, process_set=process_set) for t in tensors]
+    """allgather of each tensor of a list, in one call (one op in a graph);
+    the floating ones differentiable, each as allgather's."""
+    what = "grouped_allgather"
+    ts = [bridge.check(what, t, name) for t in tensors]
+    if not ts:
+        return []
+    if not any(t.dtype.is_floating for t in ts) or (tf.executing_eagerly() and not _recording()):
+        return _grouped_allgather_plain(what, ts, process_set, name)
+
+    @tf.custom_gradient
+    def f(*xs):
+        def grad(*dys):
+            return [_allgather_backward(tf.convert_to_tensor(d), x, process_set)
+                    if x.dtype.is_floating else None for d, x in zip(dys, ts)]
+        return _grouped_allgather_plain(what, list(xs), process_set, name), grad
+    return f(*ts)
 
 
 # ---- broadcast ---------------------------------------------------------------------
@@ -214,10 +256,10 @@ def _broadcast_plain(what, t, root_rank, ps, name=None):
     bridge.comm(ps, what)
     root = bridge.root_of(ps, root_rank, what)
 
-    def fn(a):
+    def fn(key, a):
         _name_next(name)
-        return [ndarrays.broadcast(bridge.comm(ps, what), what, a, root)]
-    out, = bridge.run(what, fn, [t], [t.dtype])
+        return [ndarrays.broadcast(bridge.comm(ps, what), what, a, root, key)]
+    out, = bridge.run_named(what, "broadcast", name, fn, [t], [t.dtype])
     bridge.set_shape(out, t.shape)
     return out
 
@@ -233,11 +275,11 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
         is_root = rank() == int(root_rank)
         bridge.comm(process_set, "broadcast backward")
 
-        def fn(g):
+        def fn(key, g):
             out = ndarrays.allreduce(bridge.comm(process_set, "broadcast backward"),
-                                     "broadcast backward", g, _C.AVERAGE)
+                                     "broadcast backward", g, _C.AVERAGE, name=key)
             return [out if is_root else np.zeros_like(out)]
-        g, = bridge.run("broadcast backward", fn, [dy], [dy.dtype])
+        g, = bridge.run_named("broadcast backward", "broadcast_grad", None, fn, [dy], [dy.dtype])
         bridge.set_shape(g, dy.shape)
         return g
     return _differentiable(lambda x: _broadcast_plain(what, x, root_rank, process_set, name),
@@ -256,10 +298,10 @@ def _alltoall_plain(what, t, splits, ps, name=None):
     bridge.comm(ps, what)
     inputs = [t] if splits is None else [t, tf.convert_to_tensor(splits)]
 
-    def fn(a, s=None):
+    def fn(key, a, s=None):
         _name_next(name)
-        return list(ndarrays.alltoall(bridge.comm(ps, what), what, a, s))
-    out, received = bridge.run(what, fn, inputs, [t.dtype, tf.int32])
+        return list(ndarrays.alltoall(bridge.comm(ps, what), what, a, s, key))
+    out, received = bridge.run_named(what, "alltoall", name, fn, inputs, [t.dtype, tf.int32])
     bridge.set_shape(out, [None] + t.shape[1:] if t.shape.rank else [None])
     bridge.set_shape(received, [None])
     return out, received
@@ -290,10 +332,10 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
 def _reducescatter_plain(what, t, code, pre, post, ps, name=None):
     bridge.comm(ps, what)
 
-    def fn(a):
+    def fn(key, a):
         _name_next(name)
-        return [ndarrays.reducescatter(bridge.comm(ps, what), what, a, code, pre, post)]
-    out, = bridge.run(what, fn, [t], [t.dtype])
+        return [ndarrays.reducescatter(bridge.comm(ps, what), what, a, code, pre, post, key)]
+    out, = bridge.run_named(what, "reducescatter", name, fn, [t], [t.dtype])
     bridge.set_shape(out, [None] + t.shape[1:] if t.shape.rank else None)
     return out
 
@@ -311,24 +353,60 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
 
     def backward(dy):
         _grad_code("reducescatter backward", code)
-        g = _allgather_plain("reducescatter backward", dy, process_set)
-        scale = prescale_factor * postscale_factor
-        if code != _C.SUM:
-            return g * tf.cast(scale, g.dtype) if scale != 1 else g
-        n = tf.cast(bridge.size_tensor(process_set, what), tf.float64)
-        return g * tf.cast(n * scale, g.dtype)
+        return _reducescatter_grad(_allgather_plain("reducescatter backward", dy, process_set), code,
+                                   prescale_factor, postscale_factor, process_set)
     out = _differentiable(
         lambda x: _reducescatter_plain(what, x, code, prescale_factor, postscale_factor,
                                        process_set, name), backward, sent)
     return compression.decompress(out, ctx)
 
 
+def _reducescatter_grad(g, code, pre, post, ps):
+    """reducescatter's gradient, from the allgathered dy: scaled as the forward."""
+    scale = pre * post
+    if code != _C.SUM:
+        return g * tf.cast(scale, g.dtype) if scale != 1 else g
+    n = tf.cast(bridge.size_tensor(ps, "reducescatter backward"), tf.float64)
+    return g * tf.cast(n * scale, g.dtype)
+
+
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
                           name=None, process_set=global_process_set, ignore_name_scope=False,
                           prescale_factor=1.0, postscale_factor=1.0):
-    return [reducescatter(t, compression=compression, op=op, name=name, process_set=process_set,
-                          prescale_factor=prescale_factor, postscale_factor=postscale_factor)
-            for t in tensors]
+    """reducescatter of each tensor of a list, in one call (one op in a graph)."""
+    what = "grouped_reducescatter"
+    code = op_code(what, op)
+    compression = compression or Compression.none
+    ts = [bridge.check(what, t, name) for t in tensors]
+    if not ts:
+        return []
+    sent = [compression.compress(t) for t in ts]
+    bridge.comm(process_set, what)
+
+    def plain(xs):
+        def fn(key, *arrays):
+            c = bridge.comm(process_set, what)
+            return [ndarrays.reducescatter(c, what, a, code, prescale_factor, postscale_factor,
+                                           _member(key, i)) for i, a in enumerate(arrays)]
+        outs = bridge.run_named(what, "grouped_reducescatter", name, fn, xs, [x.dtype for x in xs])
+        for o, x in zip(outs, xs):
+            bridge.set_shape(o, [None] + x.shape[1:] if x.shape.rank else None)
+        return outs
+    xs = [x for x, _ in sent]
+    if not all(x.dtype.is_floating for x in xs) or (tf.executing_eagerly() and not _recording()):
+        outs = plain(xs)
+    else:
+        @tf.custom_gradient
+        def f(*xs):
+            def grad(*dys):
+                _grad_code("grouped_reducescatter backward", code)
+                gs = _grouped_allgather_plain("grouped_reducescatter backward",
+                                              [tf.convert_to_tensor(d) for d in dys], process_set, None)
+                return [_reducescatter_grad(g, code, prescale_factor, postscale_factor, process_set)
+                        for g in gs]
+            return plain(list(xs)), grad
+        outs = f(*xs)
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, sent)]
 
 
 def barrier(process_set=global_process_set):

@@ -21,7 +21,7 @@ from kolo.elastic import (HorovodInternalError, HostsUpdatedInterrupt, KoloError
 from kolo.tensorflow.functions import broadcast_object, broadcast_variables
 
 # Inside a tf.function TF reports a collective's failure as a tf.errors.OpError
-# (UnknownError) whose message carries kolo's one-line text.
+# (FailedPreconditionError, errors.py) whose message carries kolo's one-line text.
 _KOLO_TEXT = re.compile(r"kolo rank \d+: [^\n]*")
 
 

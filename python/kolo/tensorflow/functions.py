@@ -12,12 +12,12 @@ from kolo.process_sets import global_process_set
 from kolo.tensorflow import bridge, ndarrays
 
 
-def _check_same_everywhere(c, what, description):
+def _check_same_everywhere(c, what, description, key=""):
     """One allgather of a digest of names, shapes and dtypes: a model that
     differs between ranks is the same error on every rank, not a hang."""
     mine = np.array([zlib.crc32(description.encode())], dtype=np.int64)
     every = np.empty(c.size(), dtype=np.int64)
-    c.allgather(ndarrays.ptr(mine), ndarrays.ptr(every), 1, _C.I64)
+    ndarrays.call(c, "allgather", key, ndarrays.ptr(mine), ndarrays.ptr(every), 1, _C.I64)
     differ = [r for r, d in enumerate(every.tolist()) if d != every[0]]
     if differ:
         raise _C.Error(error(what, "the variables differ between ranks (count, shapes or dtypes): "
@@ -25,9 +25,10 @@ def _check_same_everywhere(c, what, description):
                              "differ from rank 0"))
 
 
-def _broadcast_arrays(c, what, arrays, root):
-    """root's arrays on every rank; one broadcast per dtype (a fused buffer)."""
-    _check_same_everywhere(c, what, ";".join(f"{a.shape}:{a.dtype}" for a in arrays))
+def _broadcast_arrays(c, what, arrays, root, key=""):
+    """root's arrays on every rank; one broadcast per dtype (a fused buffer).
+    Named (key): the check is key, the broadcasts key.<dtype>."""
+    _check_same_everywhere(c, what, ";".join(f"{a.shape}:{a.dtype}" for a in arrays), key)
     out = [None] * len(arrays)
     by_dtype = {}
     for i, a in enumerate(arrays):
@@ -35,7 +36,7 @@ def _broadcast_arrays(c, what, arrays, root):
     for dtype, idx in by_dtype.items():
         flat = np.concatenate([arrays[i].reshape(-1) for i in idx])
         dt, n = ndarrays.move_plan(flat)
-        c.broadcast(ndarrays.ptr(flat), n, dt, root, [])
+        ndarrays.call(c, "broadcast", f"{key}.{dtype}" if key else "", ndarrays.ptr(flat), n, dt, root, [])
         off = 0
         for i in idx:
             out[i] = flat[off:off + arrays[i].size].reshape(arrays[i].shape)
@@ -53,9 +54,10 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     root = bridge.root_of(process_set, root_rank, what)
     for v in variables:
         bridge.check(what, v, getattr(v, "name", None))
-    values = bridge.run(what, lambda *a: _broadcast_arrays(bridge.comm(process_set, what), what,
-                                                           list(a), root),
-                        [tf.convert_to_tensor(v) for v in variables], [v.dtype for v in variables])
+    values = bridge.run_named(what, "broadcast_variables", None,
+                              lambda key, *a: _broadcast_arrays(bridge.comm(process_set, what), what,
+                                                                list(a), root, key),
+                              [tf.convert_to_tensor(v) for v in variables], [v.dtype for v in variables])
     assigns = [v.assign(tf.reshape(x, v.shape)) for v, x in zip(variables, values)]
     # In a TF1 graph the assignments run when the returned op does (sess.run);
     # a tf.function runs them by itself (and could not return an op).

@@ -1,11 +1,14 @@
 """DistributedGradientTape: a tf.GradientTape whose gradient() returns the
-gradients reduced over all ranks (fusion.py: buckets, one callback a step)."""
+gradients reduced over all ranks (fusion.py: buckets, one callback a step);
+PartialDistributedGradientTape: the same, but the gradients of local layers
+(model parallelism: each rank has its own) stay local."""
 import tensorflow as tf
+from tensorflow import keras
 
 from kolo.basics import error
 from kolo.process_sets import global_process_set
 from kolo.reduce_ops import Average, Sum, op_code
-from kolo.tensorflow import fusion
+from kolo.tensorflow import bridge, fusion
 from kolo.tensorflow.compression import Compression
 
 
@@ -19,13 +22,34 @@ def scale_factors(what, op, gradient_predivide_factor):
     return 1.0, 1.0
 
 
+class _Same:
+    """Hashes and compares as the object itself (a Keras 3 Variable has no
+    ref(), and its == is elementwise)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __eq__(self, other):
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+def _identity(source):
+    """A hashable identity of a tf.Variable, Keras Variable or tensor."""
+    return source.ref() if hasattr(source, "ref") else _Same(source)
+
+
 class _DistributedGradientTape:
     """Wraps a tf.GradientTape (its recording, watch, jacobian... are the
     wrapped tape's); only gradient() differs."""
 
     def __init__(self, tape, compression, sparse_as_dense, op, gradient_predivide_factor,
-                 process_set):
+                 process_set, scale_local_gradients=True):
         self._tape = tape
+        self._local_sources = set()
+        self._scale_local = scale_local_gradients
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         self._op = op
@@ -43,14 +67,43 @@ class _DistributedGradientTape:
     def __getattr__(self, name):
         return getattr(self._tape, name)
 
+    def register_local_source(self, source):
+        """Horovod's: source (a variable or watched tensor) is this rank's own
+        (model parallelism): its gradient is not reduced over the ranks, only
+        divided by their number when scale_local_gradients (Horovod's default,
+        so that a later average over ranks does not count it size times)."""
+        self._local_sources.add(_identity(source))
+
+    def _is_local(self, source):
+        return _identity(source) in self._local_sources
+
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = self._tape.gradient(target, sources, output_gradients, unconnected_gradients)
         flat = tf.nest.flatten(grads, expand_composites=False)
-        reduced = fusion.reduce_gradients("DistributedGradientTape", flat, self._op,
-                                          self._compression, self._sparse_as_dense, self._pre,
-                                          self._post, self._process_set)
-        return tf.nest.pack_sequence_as(grads, reduced)
+        local = [self._is_local(s) for s in tf.nest.flatten(sources)] if self._local_sources \
+            else [False] * len(flat)
+        reduced = iter(fusion.reduce_gradients(
+            "DistributedGradientTape", [g for g, mine in zip(flat, local) if not mine], self._op,
+            self._compression, self._sparse_as_dense, self._pre, self._post, self._process_set))
+        out = [self._scaled_local(g) if mine else next(reduced) for g, mine in zip(flat, local)]
+        return tf.nest.pack_sequence_as(grads, out)
+
+    def _scaled_local(self, g):
+        if g is None or not self._scale_local:
+            return g
+        n = bridge.size_tensor(self._process_set, "DistributedGradientTape")
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices, g.dense_shape)
+        return g / tf.cast(n, g.dtype)
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None):
+        """Horovod's: ([(local source, its gradient)], [(other source, reduced gradient)])."""
+        sources = tf.nest.flatten(sources)
+        grads = self.gradient(target, sources, output_gradients)
+        pairs = list(zip(sources, grads))
+        return ([p for p in pairs if self._is_local(p[0])],
+                [p for p in pairs if not self._is_local(p[0])])
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
@@ -64,4 +117,28 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
         raise ValueError(error("DistributedGradientTape", f"op {op!r} is not supported for "
                                "gradients (Average or Sum)"))
     return _DistributedGradientTape(gradtape, compression, sparse_as_dense, op,
-                                    gradient_predivide_factor, process_set)
+                                    gradient_predivide_factor, process_set, scale_local_gradients)
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=Compression.none, sparse_as_dense=False, op=Average,
+                                   gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                                   process_set=global_process_set, local_layers=None,
+                                   scale_local_gradients=True):
+    """Horovod's: a DistributedGradientTape whose local_layers' (a Keras layer
+    or a list of them) trainable weights are local sources
+    (register_local_source): their gradients are not reduced over the ranks."""
+    what = "PartialDistributedGradientTape"
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError(error(what, "local_layers must be Keras layers (keras.layers.Layer)"))
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
+                                   process_set, scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            tape.register_local_source(var)
+    return tape

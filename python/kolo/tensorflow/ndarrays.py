@@ -1,6 +1,10 @@
 """kolo's collectives on NumPy arrays: what every kolo.tensorflow op runs,
 eagerly on zero-copy views of tf.Tensors or inside tf.numpy_function.
 
+`name`: the engine's name of the operation (bridge.run_named); "" matches
+it by call order. A function that runs several collectives names them
+name, name + ".data" (as kolo.torch's named allgather does).
+
 Each function takes the communicator explicitly (resolved by the caller from
 its process set) because inside a tf.function it runs on one of TensorFlow's
 executor threads, where kolo.basics' thread-local scope is not set. Inputs
@@ -107,7 +111,16 @@ def scale(what, a, factor, kind):
     return (a * a.dtype.type(factor)).astype(a.dtype, copy=False)
 
 
-def allreduce(c, what, a, code, prescale=1.0, postscale=1.0):
+def call(c, collective, name, *args):
+    """c.<collective>(*args): matched by call order, or, named, negotiated on
+    the engine's named channel and waited for."""
+    if name:
+        getattr(c, collective + "_async")(*args, name=name).wait()
+    else:
+        getattr(c, collective)(*args)
+
+
+def allreduce(c, what, a, code, prescale=1.0, postscale=1.0, name=""):
     """The reduction of a over c's ranks, a new array of a's dtype and shape."""
     wide, dt, kcode = reduce_plan(what, a.dtype, code)
     int_average = kcode == _C.AVERAGE and not _is_float(a.dtype)
@@ -117,7 +130,7 @@ def allreduce(c, what, a, code, prescale=1.0, postscale=1.0):
     if wide is not None:
         src = src.astype(wide)
     out = empty(src.shape, src.dtype)
-    c.allreduce(ptr(src), ptr(out), src.size, dt, kcode, list(a.shape))
+    call(c, "allreduce", name, ptr(src), ptr(out), src.size, dt, kcode, list(a.shape))
     if out.dtype != a.dtype:
         out = out.astype(a.dtype)  # narrows (wraps) or u8 -> bool
     if int_average:
@@ -130,21 +143,21 @@ def allreduce_flat(c, flat, code):
     c.allreduce(ptr(flat), ptr(flat), flat.size, _NATIVE[flat.dtype], code, [])
 
 
-def broadcast(c, what, a, root):
+def broadcast(c, what, a, root, name=""):
     """root's a on every rank (root: a rank of c), a new array."""
     out = empty(a.shape, a.dtype)
     out[...] = a
     dt, n = move_plan(out)
-    c.broadcast(ptr(out), n, dt, root, list(out.shape))
+    call(c, "broadcast", name, ptr(out), n, dt, root, list(out.shape))
     return out
 
 
-def gather_descriptions(c, what, a, extra=()):
+def gather_descriptions(c, what, a, extra=(), name=""):
     """Every rank's description of a (kolo/descriptions.py); the same error on
     every rank when dtypes or shapes beyond dim 0 differ."""
     mine = np.array(descriptions.describe(_DTYPE_INDEX[a.dtype], a.shape, extra), dtype=np.int64)
     table = np.empty((c.size(), mine.size), dtype=np.int64)
-    c.allgather(ptr(mine), ptr(table), mine.size, _C.I64)
+    call(c, "allgather", name, ptr(mine), ptr(table), mine.size, _C.I64)
     return descriptions.check_rows(what, table.tolist(), lambda i: _INDEX_DTYPE[i])
 
 
@@ -157,18 +170,22 @@ def _row_units(a):
     return _NATIVE.get(a.dtype, _C.U8), per_row
 
 
-def allgather(c, what, a):
+def _data(name):
+    return name + ".data" if name else ""
+
+
+def allgather(c, what, a, name=""):
     """Concatenation of every rank's a along dim 0 (first dims may differ)."""
     a = _contiguous(a.reshape(1) if a.ndim == 0 else a)
-    rows = gather_descriptions(c, what, a)
+    rows = gather_descriptions(c, what, a, name=name)
     firsts = [row[2] for row in rows]
     out = empty((sum(firsts),) + a.shape[1:], a.dtype)
     dt, per_row = _row_units(a)
-    c.allgatherv(ptr(a), ptr(out), [f * per_row for f in firsts], dt)
+    call(c, "allgatherv", _data(name), ptr(a), ptr(out), [f * per_row for f in firsts], dt)
     return out
 
 
-def alltoall(c, what, a, splits):
+def alltoall(c, what, a, splits, name=""):
     """Rows splits[j] of a go to rank j; returns (received rows, received splits int32).
 
     Every rank's splits travel in one allgather (with the shape check), so
@@ -176,11 +193,12 @@ def alltoall(c, what, a, splits):
     n, me = c.size(), c.rank()
     a = _contiguous(a.reshape(1) if a.ndim == 0 else a)
     s = split_rows(what, a.shape[0], splits, n)
-    rows = gather_descriptions(c, what, a, s)
+    rows = gather_descriptions(c, what, a, s, name)
     recv = [descriptions.extra_of(rows[src])[me] for src in range(n)]
     out = empty((sum(recv),) + a.shape[1:], a.dtype)
     dt, per_row = _row_units(a)
-    c.alltoallv(ptr(a), [r * per_row for r in s], [], ptr(out), [r * per_row for r in recv], [], dt)
+    call(c, "alltoallv", _data(name), ptr(a), [r * per_row for r in s], [], ptr(out),
+          [r * per_row for r in recv], [], dt)
     return out, np.array(recv, dtype=np.int32)
 
 
@@ -189,7 +207,7 @@ def reducescatter_rows(d0, n):
     return [d0 // n + (1 if r < d0 % n else 0) for r in range(n)]
 
 
-def reducescatter(c, what, a, code, prescale=1.0, postscale=1.0):
+def reducescatter(c, what, a, code, prescale=1.0, postscale=1.0, name=""):
     """Reduces over ranks and keeps this rank's rows of dim 0."""
     if a.ndim == 0:
         raise ValueError(error(what, "needs a tensor with at least one dimension"))
@@ -208,7 +226,7 @@ def reducescatter(c, what, a, code, prescale=1.0, postscale=1.0):
         padded[r * big:r * big + split[r]] = src[offsets[r]:offsets[r + 1]]
     out = np.empty((big,) + tail, dtype=src.dtype)
     per_row = int(np.prod(tail, dtype=np.int64))
-    c.reduce_scatter(ptr(padded), ptr(out), big * per_row, dt, kcode, list(a.shape))
+    call(c, "reduce_scatter", name, ptr(padded), ptr(out), big * per_row, dt, kcode, list(a.shape))
     res = out[:split[me]]
     if res.dtype != a.dtype:
         res = res.astype(a.dtype)

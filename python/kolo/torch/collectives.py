@@ -19,6 +19,7 @@ import torch
 
 from kolo import _C, descriptions, handles
 from kolo.basics import comm, error
+from kolo.names import operation_key
 from kolo.process_sets import root_in_scope, with_process_set
 from kolo.reduce_ops import resolve_op
 from kolo.splits import split_rows
@@ -51,10 +52,7 @@ def _name_next(name):
 named_issued = collections.Counter()
 
 
-def _key(kind, name):
-    """The engine's name of a named operation: its kind and the caller's name,
-    as Horovod's (allreduce 'x' and allgather 'x' are two names); "" unnamed."""
-    return f"{kind}.{name}" if name is not None and name != "" else ""
+_key = operation_key  # the engine's name of a named operation (kolo/names.py)
 
 
 # ---- allreduce ---------------------------------------------------------------------

@@ -208,12 +208,13 @@ def test_variables_and_objects():
 
 def test_tf1_graph():
     """A TF1 graph run by a session: independent kolo ops of different sizes,
-    fetched together (TF may run them in any order; kolo chains them), and
+    half of them named, fetched together (TF would run them at once and in
+    any order; kolo runs them in creation order), and
     broadcast_global_variables as an op."""
     g = tf.Graph()
     with g.as_default():
-        outs = [hvd.allreduce(tf.constant(np.full(3 + i, float(R + i), np.float32)), op=hvd.Sum)
-                for i in range(8)]
+        outs = [hvd.allreduce(tf.constant(np.full(3 + i, float(R + i), np.float32)), op=hvd.Sum,
+                              name=f"sum{i}" if i % 2 else None) for i in range(8)]
         v = tf.compat.v1.get_variable("v", initializer=tf.constant([float(R)] * 2))
         bcast = hvd.broadcast_global_variables(N - 1)
         with tf.compat.v1.Session(graph=g) as sess:

@@ -37,10 +37,22 @@ check(same(hvd.allreduce(tf.ones([2]), op=hvd.Sum), [float(N)] * 2, tf.float32),
 raises(lambda: hvd.allgather(tf.ones([1, 2 + R])), hvd.KoloError, me, "shape beyond the first")
 raises(lambda: hvd.allgather(tf.ones([1, 2], tf.float32 if R == 0 else tf.float64)),
        hvd.KoloError, me, "ranks disagree on the dtype")
-# Inside tf.function TF carries the error as an OpError holding kolo's text.
+# In a graph too the error is TF's FailedPreconditionError (as Horovod's),
+# holding kolo's text: in a tf.function and in a TF1 session.
 graph = tf.function(lambda x: hvd.allreduce(x))
-raises(lambda: graph(tf.ones([3 + R])), tf.errors.OpError, me)
+raises(lambda: graph(tf.ones([3 + R])), tf.errors.FailedPreconditionError, me)
 check(same(graph(tf.ones([3])), [1.0] * 3, tf.float32), "usable after a mismatch in a graph")
+# (A graph of its own each: a TF1 graph's kolo ops run in creation order, so
+# running one runs those created before it.)
+with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    bad = hvd.allgather(tf.ones([1, 2], tf.float32 if R == 0 else tf.float64))
+    raises(lambda: sess.run(bad), tf.errors.FailedPreconditionError, me, "ranks disagree on the dtype")
+with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    bad = hvd.alltoall(tf.ones([2 * N + 1]))
+    raises(lambda: sess.run(bad), tf.errors.InvalidArgumentError, me, "not divisible")
+with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    check(sess.run(hvd.allreduce(tf.ones([2]), op=hvd.Sum)).tolist() == [float(N)] * 2,
+          "usable after a mismatch in a TF1 session")
 
 # Input errors name the problem (and are the same everywhere: no collective ran).
 for dtype in (tf.uint32, tf.uint64, tf.complex64, tf.string):

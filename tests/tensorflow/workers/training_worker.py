@@ -169,6 +169,72 @@ def test_join():
     close(m, ref, 1e-5, "join with uneven steps")
 
 
+def test_partial_tape():
+    """PartialDistributedGradientTape (and register_local_source): the local
+    layers' gradients stay this rank's, divided by the size (Horovod's
+    scale_local_gradients); the others are the average over the ranks. Every
+    rank's gradients are computed here with plain TF (weights = its rank)."""
+    x = np.arange(3 * N, dtype=np.float32).reshape(N, 3) / 7.0
+
+    def make(r):
+        init = keras.initializers.Constant(r / 10.0 + 0.1)
+        return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, kernel_initializer=init,
+                                                                       bias_initializer=init),
+                                 keras.layers.Dense(3, kernel_initializer=init, bias_initializer=init)])
+
+    def grads_of(m, r, tape_of=lambda t: t):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(m(x[r:r + 1]) - 1.0))
+        return tape_of(tape), loss
+    every = []
+    for r in range(N):
+        m = make(r)
+        tape, loss = grads_of(m, r)
+        every.append([g.numpy() for g in tape.gradient(loss, m.trainable_variables)])
+    for local in (0, 1, 2):
+        m = make(R)
+        tape, loss = grads_of(m, R, lambda t: hvd.PartialDistributedGradientTape(
+            t, local_layers=m.layers[:local]))
+        mine, others = tape.get_local_and_global_gradients(loss, m.trainable_variables)
+        check(len(mine) == 2 * local and len(others) == 4 - 2 * local, f"partial tape split {local}")
+        got = dict((id(v), g.numpy()) for v, g in mine + others)
+        for i, v in enumerate(m.trainable_variables):
+            want = every[R][i] / N if i < 2 * local else sum(e[i] for e in every) / N
+            check(np.max(np.abs(got[id(v)] - want)) < 1e-5, f"partial tape, {local} local layers, var {i}")
+
+
+def test_sync_batch_norm():
+    """SyncBatchNormalization on each rank's rows (rank r has r + 1 of them)
+    equals Keras' BatchNormalization over the concatenated batch: outputs,
+    moving statistics and the input gradient."""
+    full = np.concatenate([np.arange(2 * (r + 1), dtype=np.float32).reshape(r + 1, 2) * (r + 1) + r
+                           for r in range(N)])
+    lo = sum(r + 1 for r in range(R))
+    mine = full[lo:lo + R + 1]
+    ref, sync = keras.layers.BatchNormalization(axis=1), hvd.SyncBatchNormalization(axis=1)
+    xs, xm = tf.constant(full), tf.constant(mine)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([xs, xm])
+        want, got = ref(xs, training=True), sync(xm, training=True)
+        lw, lg = tf.reduce_sum(want * want), tf.reduce_sum(got * got)
+    check(np.max(np.abs(got.numpy() - want.numpy()[lo:lo + R + 1])) < 1e-4, "SyncBatchNormalization output")
+    check(np.max(np.abs(sync.moving_mean.numpy() - ref.moving_mean.numpy())) < 1e-5 and
+          np.max(np.abs(sync.moving_variance.numpy() - ref.moving_variance.numpy())) < 1e-4,
+          "SyncBatchNormalization moving statistics")
+    # Each rank's loss depends on every rank's rows through the statistics:
+    # the gradient of the rank's own loss carries the others' (allreduce's backward).
+    gw, gg = tape.gradient(lw, xs).numpy()[lo:lo + R + 1], tape.gradient(lg, xm).numpy()
+    check(np.max(np.abs(gg - gw)) < 1e-3, f"SyncBatchNormalization gradient differs by {np.max(np.abs(gg - gw))}")
+    del tape
+    try:
+        hvd.SyncBatchNormalization(fused=True)
+        check(False, "fused=True accepted")
+    except ValueError as e:
+        check("fused" in str(e), f"fused error: {e}")
+
+
+test_partial_tape()
+test_sync_batch_norm()
 test_tape(False, hvd.Compression.none, 1e-5)
 test_tape(True, hvd.Compression.none, 1e-5)
 test_tape(True, hvd.Compression.fp16, 1e-2)
