@@ -18,23 +18,17 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "checks.h"
 #include "kolo/reducer.h"
 
 namespace {
 
-int failures = 0;
-int R = 0, N = 1;
-
-void check(bool ok, const std::string& what) {
-  if (!ok) {
-    std::printf("rank %d FAILED: %s\n", R, what.c_str());
-    ++failures;
-  }
-}
+using namespace reducer_test;  // NOLINT: R, N, failures and check() (checks.h)
 
 double grad(int r, int s, std::size_t i, std::size_t j) {
   return std::sin(0.29 * (r + 1) + 0.07 * s + 1e-4 * static_cast<double>(i * 7919 + j)) * (1 + r);
@@ -91,15 +85,10 @@ std::vector<Row> read_log(const std::string& path, std::string& header) {
 }  // namespace
 
 int main() {
-  try {
-    kolo::Communicator comm = kolo::init();
-    R = comm.rank();
-    N = comm.size();
+  return reducer_test::run([](kolo::Communicator& comm) {
     const char* log_path = std::getenv("KOLO_AUTOTUNE_LOG");
-    if (!log_path || !*log_path || !std::getenv("KOLO_AUTOTUNE")) {
-      std::printf("rank %d FAILED: run with KOLO_AUTOTUNE=1 and KOLO_AUTOTUNE_LOG set\n", R);
-      return 3;
-    }
+    if (!log_path || !*log_path || !std::getenv("KOLO_AUTOTUNE"))
+      throw std::runtime_error("run with KOLO_AUTOTUNE=1 and KOLO_AUTOTUNE_LOG set");
     std::vector<kolo::ReducerEntry> specs;
     for (std::size_t i = 0; i < kCounts.size(); ++i) specs.push_back({kCounts[i], dtype_of(i), {}});
     kolo::Reducer red(comm, specs, {});
@@ -182,11 +171,5 @@ int main() {
       check(tried.size() >= 3, "log: " + std::to_string(tried.size()) + " candidates tried (want >= 3)");
       check(chosen == 1, "log: " + std::to_string(chosen) + " chosen lines (want 1)");
     }
-  } catch (const std::exception& e) {
-    std::printf("rank %d FAILED: %s\n", R, e.what());
-    return 3;
-  }
-  if (failures) return 3;
-  std::printf("rank %d ok\n", R);
-  return 0;
+  });
 }

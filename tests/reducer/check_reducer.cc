@@ -19,19 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "checks.h"
 #include "kolo/reducer.h"
 
 namespace {
 
-int failures = 0;
-int R = 0, N = 1;
-
-void check(bool ok, const std::string& what) {
-  if (!ok) {
-    std::printf("rank %d FAILED: %s\n", R, what.c_str());
-    ++failures;
-  }
-}
+using namespace reducer_test;  // NOLINT: R, N, failures and check() (checks.h)
 
 // Rank r's gradient element j of entry i at step s.
 double grad(int r, int s, std::size_t i, std::size_t j) {
@@ -226,10 +219,7 @@ void errors(kolo::Communicator& comm) {
 }  // namespace
 
 int main() {
-  try {
-    kolo::Communicator comm = kolo::init();
-    R = comm.rank();
-    N = comm.size();
+  return reducer_test::run([](kolo::Communicator& comm) {
     layout();
     sums(comm, {"average"});
     sums(comm, {"sum", kolo::Op::Sum});
@@ -245,11 +235,5 @@ int main() {
       join(comm, false);
     }
     errors(comm);
-  } catch (const std::exception& e) {
-    std::printf("rank %d FAILED: %s\n", R, e.what());
-    return 3;
-  }
-  if (failures) return 3;
-  std::printf("rank %d ok\n", R);
-  return 0;
+  });
 }
