@@ -9,6 +9,9 @@ tries those caps during its first ~40 steps). Every configuration times the
 same steps: WARMUP untimed steps (past the tuning) then STEPS timed ones.
 Interleaved: each repetition runs every configuration once per model, the
 order rotating; medians over the repetitions; ratios of same-run medians.
+Caps that cut the model's gradients alike run the same program: the report
+also pools the fixed runs by the layout they ran with (the bucket sizes that
+horovod_step.py prints), which is what autotune chooses between.
 Writes a Markdown report (--out) with each autotune run's choice from its log.
 
   bench/python/autotune_sweep.py [--build build] [--reps 5] [--out FILE]
@@ -49,10 +52,10 @@ def run(a, model, config, log_path):
     kolorun = os.path.join(a.build, "tools", "kolorun", "kolorun")
     p = subprocess.run([kolorun, "-np", "2", "--no-tag-output", a.python, os.path.join(HERE, "horovod_step.py")],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    m = re.search(r"samples_per_s=(\d+)", p.stdout)
+    m = re.search(r"samples_per_s=(\d+) .*layout=(\S+)", p.stdout)
     if p.returncode != 0 or not m:
         sys.exit(f"{model} {config} failed ({p.returncode}):\n{p.stdout[-3000:]}")
-    return float(m.group(1))
+    return float(m.group(1)), m.group(2)
 
 
 def chosen(log_path):
@@ -76,6 +79,7 @@ def main():
     a = ap.parse_args()
     models = a.models.split(",")
     results = {(m, c): [] for m in models for c in CONFIGS}
+    layouts = {(m, c): set() for m in models for c in CONFIGS}
     choices = {m: [] for m in models}
     started = datetime.datetime.now(datetime.timezone.utc)
     load0 = os.getloadavg()[0]
@@ -85,8 +89,9 @@ def main():
                 k = rep % len(CONFIGS)
                 for config in CONFIGS[k:] + CONFIGS[:k]:
                     log_path = os.path.join(tmp, f"{model}-{rep}.csv")
-                    sps = run(a, model, config, log_path)
+                    sps, layout = run(a, model, config, log_path)
                     results[(model, config)].append(sps)
+                    layouts[(model, config)].add(layout)
                     if config == "autotune":
                         choices[model].append(chosen(log_path))
                     print(f"rep {rep} {model} {label(config)}: {sps:.0f} samples/s", flush=True)
@@ -110,6 +115,21 @@ def main():
                          f"{med[c] / med[best]:.3f} |")
         picks = ", ".join(label(f"fixed {p}") if p else "none" for p, _ in choices[model])
         tried = sorted({t for _, ts in choices[model] for t in ts})
+        # The fixed runs pooled by layout (every fixed configuration runs one layout).
+        pools = {}
+        for c in fixed:
+            pools.setdefault(min(layouts[(model, c)]), []).append(c)
+        pooled = {lay: statistics.median([x for c in cs for x in results[(model, c)]]) for lay, cs in pools.items()}
+        best_lay = max(pooled, key=pooled.get)
+        default_lay = min(layouts[(model, "default")])
+        lines += ["", "| layout (elements per bucket) | configurations | samples/s (median of their runs) |",
+                  "|---|---|---|"]
+        for lay, cs in pools.items():
+            lines.append(f"| {lay} | {', '.join(label(c) for c in cs)} | {pooled[lay]:.0f} |")
+        ran = ", ".join(sorted(layouts[(model, "autotune")]))
+        lines += ["", f"Autotune's runs ran with layout {ran}. By layout: autotuned / best layout "
+                  f"**{med['autotune'] / pooled[best_lay]:.3f}**, autotuned / the default's layout "
+                  f"**{med['autotune'] / pooled[default_lay]:.3f}**."]
         lines += ["", f"Best fixed: {label(best)}. Autotune tried {', '.join(label(f'fixed {t}') for t in tried)}; "
                   f"chose, run by run: {picks}. Autotuned / best fixed: "
                   f"**{med['autotune'] / med[best]:.3f}**; autotuned / default: "
