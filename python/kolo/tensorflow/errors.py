@@ -14,8 +14,9 @@ So there the callback catches kolo's error, hands it to a one-line table
 and returns its number beside the (placeholder) results, and a "KoloStatus"
 op after it fails with TF's FAILED_PRECONDITION and kolo's text when the
 number is not 0; the results are read through that op, so nothing uses them
-first. KoloStatus is registered at import through TensorFlow's stable C
-kernel API (tensorflow/c/kernels.h, tensorflow/c/ops.h; ctypes, nothing
+first. KoloStatus is registered when a graph first needs it (not at import:
+importing kolo.tensorflow touches nothing of TF's C library, so Sphinx's mocked
+TF imports it too) through TensorFlow's stable C kernel API (tensorflow/c/kernels.h, tensorflow/c/ops.h; ctypes, nothing
 compiled): where that fails (a TF without it), graph errors stay TF's
 UnknownError carrying kolo's text, and available() says so.
 """
@@ -142,11 +143,17 @@ def _register():
         return None
 
 
-_registered = _register()
+_registered = None  # (lib, callbacks) once registered: they must stay alive
+_register_tried = False
 
 
 def available():
-    return _registered is not None
+    """Whether KoloStatus is registered (registers it on the first call)."""
+    global _registered, _register_tried
+    with _lock:
+        if not _register_tried:
+            _registered, _register_tried = _register(), True
+        return _registered is not None
 
 
 def status_op(error):
