@@ -47,10 +47,10 @@ for s in range(steps + warmup):
     loss.backward()
     opt.step()
 dt = time.perf_counter() - t0
-# The bucket layout the steps ran with (KOLO_AUTOTUNE's choice, when on): elements per bucket
-# (kolo's; under Horovod, through bench/horovod/hvd_as.py, the optimizer has no _buckets).
-buckets = getattr(opt, "_buckets", None) if ws > 1 else None
-layout = "-".join(str(sum(p.numel() for p in b)) for b in buckets) if buckets is not None else "none"
 if rank == 0:
+    # The bucket layout the steps ran with (KOLO_AUTOTUNE's choice, when on): elements per bucket
+    # (kolo's; under Horovod, through bench/horovod/hvd_as.py, the optimizer has no _buckets).
+    buckets = getattr(opt, "_buckets", None) if ws > 1 else None
+    layout = "-".join(str(sum(p.numel() for p in b)) for b in buckets) if buckets is not None else "none"
     print(f"kolo-hvd model={kind} n={ws} batch={B} threads={torch.get_num_threads()} "
           f"samples_per_s={steps * B * ws / dt:.0f} loss={loss.item():.3f} layout={layout}", flush=True)

@@ -15,10 +15,11 @@ and returns its number beside the (placeholder) results, and a "KoloStatus"
 op after it fails with TF's FAILED_PRECONDITION and kolo's text when the
 number is not 0; the results are read through that op, so nothing uses them
 first. KoloStatus is registered when a graph first needs it (not at import:
-importing kolo.tensorflow touches nothing of TF's C library, so Sphinx's mocked
-TF imports it too) through TensorFlow's stable C kernel API (tensorflow/c/kernels.h, tensorflow/c/ops.h; ctypes, nothing
-compiled): where that fails (a TF without it), graph errors stay TF's
-UnknownError carrying kolo's text, and available() says so.
+importing kolo.tensorflow touches nothing of TF's C library, so Sphinx's
+mocked TF imports it too) through TensorFlow's stable C kernel API
+(tensorflow/c/kernels.h, tensorflow/c/ops.h; ctypes, nothing compiled):
+where that fails (a TF without it), graph errors stay TF's UnknownError
+carrying kolo's text, and available() says so.
 """
 import ctypes
 import itertools
