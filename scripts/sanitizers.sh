@@ -15,13 +15,17 @@
 #               64 MiB --large sizes), the mismatch test, the bad input table
 #               (1 rank and 3 ranks on both transports), fault injection
 #               (6 rank kills alternating shm/tcp, 2 between collectives,
-#               1 frozen rank, 2 kills of kolorun).
+#               1 frozen rank, 2 kills of kolorun), the gradient reducer at
+#               2 and 3 ranks (its layout moving under gradient views: the
+#               readiness rebuild, autotune's re-layouts).
 #   TSan        rendezvous_tests (the store's poll thread against client
 #               threads), the collectives at 2 and 3 ranks on both transports
 #               (blocking and async calls: the engine's worker thread against
 #               the caller), the bad input table at 1 rank and at 3 ranks
 #               on shm, 2 rank kills (shm, tcp) during async allreduces (the
-#               failure path), kolorun itself (its store thread) in all of them.
+#               failure path), the gradient reducer at 2 ranks (its lock
+#               against the engine's completions), kolorun itself (its store
+#               thread) in all of them.
 # Not here: the 4- and 8-rank collective runs, the 64 MiB sizes and the
 # launcher-variable discovery test (scripts/test.sh runs them unsanitized).
 # Both stages build kolo without its GPU parts (-DKOLO_CUDA=OFF): CI's build
@@ -78,6 +82,17 @@ collectives() {
   return "${PIPESTATUS[0]}"
 }
 
+# The gradient reducer's tests (tests/reducer): RANKS DIR; DIR.
+reducer() {
+  "$2/tools/kolorun/kolorun" -np "$1" --timeout 600 "$2/tests/reducer/check_reducer" 2>&1 | tail -3
+  return "${PIPESTATUS[0]}"
+}
+autotune() {
+  KOLO_AUTOTUNE=1 KOLO_AUTOTUNE_WARMUP_STEPS=1 KOLO_AUTOTUNE_STEPS=2 KOLO_AUTOTUNE_LOG="$1/autotune.csv" \
+    "$1/tools/kolorun/kolorun" -np 2 --timeout 600 "$1/tests/reducer/check_autotune" 2>&1 | tail -3
+  return "${PIPESTATUS[0]}"
+}
+
 bad_input_np3() {  # DIR TRANSPORT
   KOLO_TRANSPORT=$2 "$1/tools/kolorun/kolorun" -np 3 --timeout 500 "$1/tests/failures/kolo_bad_input_test" \
     > "$1/bad_input_np3.log" 2>&1
@@ -97,7 +112,8 @@ run_asan() {
   export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   step "asan: build" configure_and_build $B address kolorun kernels_tests rendezvous_tests \
-    launcher_tests kolo_test_rank check_collectives kolo_mismatch kolo_fault_rank kolo_bad_input_test
+    launcher_tests kolo_test_rank check_collectives kolo_mismatch kolo_fault_rank kolo_bad_input_test \
+    check_reducer check_autotune
   [[ " ${failed[*]} " == *" asan: build "* ]] && return
   step "asan: kernels_tests" $B/tests/kernels/kernels_tests --gtest_brief=1
   step "asan: rendezvous_tests" $B/tests/rendezvous/rendezvous_tests --gtest_brief=1
@@ -105,6 +121,8 @@ run_asan() {
   for np in 1 2 3; do
     for t in shm tcp; do step "asan: collectives np$np $t" collectives $np $t $B; done
   done
+  for np in 2 3; do step "asan: reducer np$np" reducer $np $B; done
+  step "asan: autotune" autotune $B
   step "asan: mismatch" tests/collectives/mismatch_test.sh $B/tools/kolorun/kolorun $B/tests/collectives/kolo_mismatch
   step "asan: bad input np1" $B/tests/failures/kolo_bad_input_test --gtest_brief=1
   for t in shm tcp; do step "asan: bad input np3 $t" bad_input_np3 $B $t; done
@@ -119,7 +137,7 @@ run_tsan() {
   local B=build-tsan
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   step "tsan: build" configure_and_build $B thread kolorun rendezvous_tests check_collectives kolo_bad_input_test \
-    kolo_fault_rank
+    kolo_fault_rank check_reducer
   [[ " ${failed[*]} " == *" tsan: build "* ]] && return
   # TSan maps its shadow at fixed addresses; with more ASLR bits than it
   # expects a process dies at start ("unexpected memory mapping"): run
@@ -130,6 +148,7 @@ run_tsan() {
   for np in 2 3; do
     for t in shm tcp; do step "tsan: collectives np$np $t" "${norand[@]}" bash -c "$(declare -f collectives); collectives $np $t $B"; done
   done
+  step "tsan: reducer np2" "${norand[@]}" bash -c "$(declare -f reducer); reducer 2 $B"
   step "tsan: bad input np1" "${norand[@]}" $B/tests/failures/kolo_bad_input_test --gtest_brief=1
   step "tsan: bad input np3 shm" "${norand[@]}" bash -c "$(declare -f bad_input_np3); bad_input_np3 $B shm"
   # A rank killed while the survivors' engine threads run async allreduces:

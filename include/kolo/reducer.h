@@ -18,6 +18,13 @@
 // cap is a bucket alone. The layout depends on the entries and options only,
 // so it is the same on every rank that registers the same gradients.
 //
+// Rebuild (DDP's, options.rebuild): at the end of the first step the entries
+// are laid out anew in the order rank 0 readied them — broadcast, so every
+// rank agrees —, so the first bucket holds what backward finishes first.
+// Entries move then (slot() changes, moves() counts it), their values with
+// them; reset() returns to the registration order and rebuilds again after
+// the next step, so that survivors and newcomers of an elastic job agree.
+//
 // Ordered issue: a bucket's allreduce starts when its last entry is ready
 // and every bucket before it has started, so every rank issues the same
 // allreduces in the same order whatever order its gradients arrive in (the
@@ -81,6 +88,9 @@ struct ReducerOptions {
   // (kolo_torch's overlap trial); the autotune's warm-up begins after them,
   // so that the two never time the same steps.
   int tune_after_steps = 0;
+  // DDP's bucket rebuild after the first step, from rank 0's readiness
+  // order (see above). Off: the registration order throughout.
+  bool rebuild = true;
   // Timeline spans ("backward", "bucket i", "synchronize") under this
   // category; empty: none.
   std::string timeline_category;
@@ -104,8 +114,15 @@ class Reducer {
   // Entry i's place in its bucket's fusion buffer (its own dtype and count,
   // contiguous), valid as long as the reducer: a front may keep the gradient
   // there (DDP's gradient_as_bucket_view), ready(i, slot(i)) then copies
-  // nothing. Host entries only.
+  // nothing. Host entries only. The slot moves when moves() changes (the
+  // rebuild after the first step, reset()): a front keeping views of slots
+  // takes them anew then; the values are already there.
   void* slot(std::size_t i);
+  // slot(i) owning its memory: a view made of it keeps the memory alive
+  // after the entry moved (the view then no longer aliases the bucket).
+  std::shared_ptr<void> slot_memory(std::size_t i);
+  // How many times the entries moved since construction.
+  std::uint64_t moves() const;
 
   // --- one step ---
   enum class Arrival { Accumulate, Final, Extra };

@@ -102,6 +102,31 @@ struct DistributedOptimizer::Impl {
 
   std::string err(const std::string& text) const { return prefix(comm.rank()) + text; }
 
+  // Parameter i's slot as a tensor shaped like it; the view keeps the slot's
+  // memory alive after the reducer moved the entry.
+  ::torch::Tensor slot_view(std::size_t i) {
+    auto memory = reducer->slot_memory(i);
+    void* data = memory.get();
+    return ::torch::from_blob(data, params[i].tensor.sizes(), [memory = std::move(memory)](void*) {},
+                              ::torch::TensorOptions().dtype(params[i].tensor.scalar_type()));
+  }
+  // The reducer moved its entries (its rebuild after the first step, or
+  // reset()): the views follow, and a .grad that was the old view becomes the
+  // new one, which already holds its values (DDP re-points .grad the same way
+  // after its bucket rebuild). Caller holds mu.
+  std::uint64_t seen_moves = 0;
+  void follow_moves() {
+    if (reducer->moves() == seen_moves) return;
+    seen_moves = reducer->moves();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      auto& p = params[i];
+      if (!p.use_view) continue;
+      const bool was = p.grad_is_view();
+      p.view = slot_view(i);
+      if (was) p.tensor.mutable_grad() = p.view;
+    }
+  }
+
   void init(NamedTensors named);
   void reform(Communicator next);
   void start_trial() {  // one rank communicates nothing: no trial
@@ -210,8 +235,7 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
     // gradients in that layout, not our contiguous view: it stays on copies.
     p.use_view = o.gradient_as_bucket_view && p.tensor.is_contiguous();
     if (!p.use_view) continue;
-    p.view = ::torch::from_blob(reducer->slot(i), p.tensor.sizes(),
-                                ::torch::TensorOptions().dtype(p.tensor.scalar_type()));
+    p.view = slot_view(i);
     const auto& g = p.tensor.grad();
     if (g.defined() && !g.is_sparse() && g.sizes() == p.tensor.sizes()) p.view.copy_(g);
     p.tensor.mutable_grad() = p.view;
@@ -234,6 +258,7 @@ void DistributedOptimizer::Impl::reform(Communicator next) {
   if (join_attached) throw Error(err("DistributedOptimizer::reform during a Join"));
   std::lock_guard<std::mutex> lock(mu);
   reducer->reset(next);
+  follow_moves();
   errors.clear();
   held.clear();
   synchronized = false;
@@ -346,6 +371,7 @@ void DistributedOptimizer::Impl::synchronize(bool shadow) {
   } catch (...) {
     comm_error = std::current_exception();
   }
+  follow_moves();  // the first step's end rebuilt the layout
   held.clear();
   // Before any error is thrown: the peers take part in these too.
   if (!comm_error && o.broadcast_buffers && comm.size() > 1) {

@@ -34,13 +34,17 @@ std::unique_ptr<Autotune> Autotune::make(const std::vector<ReducerEntry>& entrie
   if (warmup < 0 || warmup > 1000000)
     fail("KOLO_AUTOTUNE_WARMUP_STEPS is {}; it must be between 0 and 1000000", warmup);
   if (steps < 1 || steps > 1000000) fail("KOLO_AUTOTUNE_STEPS is {}; it must be between 1 and 1000000", steps);
-  // Distinct layouts only, the baseline's first.
+  // Distinct layouts only, the baseline's first — judged in registration
+  // order: the readiness rebuild after the first step may reorder the
+  // entries, which can merge or split a pair of these layouts (a candidate
+  // then repeats one, or one goes untried); the caps stay a fair grid.
+  const std::vector<std::size_t> order = registration_order(entries.size());
   std::vector<std::size_t> caps;
   std::vector<std::vector<std::vector<std::size_t>>> layouts;
   auto consider = [&](std::size_t cap) {
     ReducerOptions c = o;
     c.bucket_bytes = cap;
-    auto l = plan_buckets(entries, c);
+    auto l = plan_buckets(entries, order, c);
     if (std::find(layouts.begin(), layouts.end(), l) != layouts.end()) return;
     layouts.push_back(std::move(l));
     caps.push_back(cap);

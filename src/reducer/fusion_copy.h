@@ -23,6 +23,8 @@ class Buffer {
   Buffer() = default;
   Buffer(std::size_t bytes, const Place& place);
   void* data() const { return data_.get(); }
+  // The memory's owner, shared: what keeps it alive after the reducer lets go.
+  const std::shared_ptr<void>& owner() const { return data_; }
   explicit operator bool() const { return data_ != nullptr; }
 
  private:

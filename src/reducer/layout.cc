@@ -19,12 +19,19 @@ DType wire_dtype(DType entry, Wire wire) {
   }
 }
 
+std::vector<std::size_t> registration_order(std::size_t entries) {
+  std::vector<std::size_t> order(entries);
+  for (std::size_t k = 0; k < entries; ++k) order[k] = entries - 1 - k;
+  return order;
+}
+
 std::vector<std::vector<std::size_t>> plan_buckets(const std::vector<ReducerEntry>& entries,
+                                                   const std::vector<std::size_t>& order,
                                                    const ReducerOptions& o) {
   std::vector<std::vector<std::size_t>> out;
   const std::size_t first_cap = std::min(o.first_bucket_bytes, o.bucket_bytes);
   std::size_t used = 0;  // wire bytes in out.back()
-  for (std::size_t k = entries.size(); k-- > 0;) {
+  for (std::size_t k : order) {
     const ReducerEntry& e = entries[k];
     if (!floating(e.dtype))
       fail("{}: gradient {} has dtype {}; only floating gradients are fused", o.what, k, dtype_name(e.dtype));

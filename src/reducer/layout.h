@@ -11,10 +11,15 @@ namespace kolo::fusion {
 // The dtype entry i travels in.
 DType wire_dtype(DType entry, Wire wire);
 
-// Buckets of entry indices, each in buffer order: reverse registration
-// order, cut at a dtype or place change or at the cap. Throws for an entry
-// of a non-floating dtype (naming it and `what`).
+// The entries' order before any step: reverse registration (the order
+// backward usually finishes them, as DDP assumes).
+std::vector<std::size_t> registration_order(std::size_t entries);
+
+// Buckets of entry indices, each in buffer order: `order` (every entry once),
+// cut at a dtype or place change or at the cap. Throws for an entry of a
+// non-floating dtype (naming it and `what`).
 std::vector<std::vector<std::size_t>> plan_buckets(const std::vector<ReducerEntry>& entries,
+                                                   const std::vector<std::size_t>& order,
                                                    const ReducerOptions& o);
 
 }  // namespace kolo::fusion

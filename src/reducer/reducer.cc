@@ -1,11 +1,13 @@
 // kolo::Reducer (include/kolo/reducer.h): one step's state machine — entries
 // readied in any order, buckets issued in order, the join vote, waiting,
-// scaling and results. The layout is layout.cc's, the copies fusion_copy.cc's,
+// scaling and results —, and the rebuild of the layout from the first step's
+// readiness order. The layout is layout.cc's, the copies fusion_copy.cc's,
 // the self-tuning of the layout autotune.cc's.
 #include "kolo/reducer.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -62,6 +64,10 @@ struct Reducer::Impl {
   ReducerOptions o;
   Op wire_op = Op::Sum;
   std::vector<Entry> entries;
+  std::vector<std::size_t> order;  // the sequence runs and buckets are cut from (layout.h)
+  std::uint64_t moves = 0;         // times the runs were laid out anew (slot() moved)
+  bool rebuild_armed = false;      // the readiness rebuild is still to come
+  std::vector<std::size_t> observed;  // while armed: this step's entries in the order they were readied
   std::vector<Bucket> buckets;
   std::vector<Run> runs;
   std::unique_ptr<fusion::Autotune> tune;  // KOLO_AUTOTUNE
@@ -100,7 +106,7 @@ struct Reducer::Impl {
     std::vector<ReducerEntry> specs;
     for (const auto& e : entries) specs.push_back(e.spec);
     buckets.clear();
-    for (auto& list : fusion::plan_buckets(specs, o)) {
+    for (auto& list : fusion::plan_buckets(specs, order, o)) {
       Bucket b;
       const Entry& first = entries[list.front()];
       b.dtype = first.spec.dtype;
@@ -119,6 +125,88 @@ struct Reducer::Impl {
       b.target = b.buffer;
       buckets.push_back(std::move(b));
     }
+  }
+  // The runs for `order` (the layout with no cap cuts only at a dtype or
+  // place change), new buffers; with `keep`, each entry's values move along:
+  // the wire buffer's from where its bucket's result lies (a gradient reduced
+  // in place included), and the staging slice where there was staging.
+  // Caller holds mu (or owns the reducer); nothing in flight.
+  void place_runs(std::vector<std::size_t> new_order, bool keep) {
+    std::vector<Run> old_runs = std::move(runs);
+    std::vector<Entry> was = entries;
+    std::vector<const char*> wire_src(entries.size(), nullptr);
+    if (keep)
+      for (std::size_t i = 0; i < entries.size(); ++i)
+        wire_src[i] = at(buckets[entries[i].bucket].target, entries[i].offset,
+                         fusion::wire_dtype(entries[i].spec.dtype, o.wire));
+    order = std::move(new_order);
+    std::vector<ReducerEntry> specs;
+    for (const auto& e : entries) specs.push_back(e.spec);
+    ReducerOptions uncapped = o;
+    uncapped.bucket_bytes = uncapped.first_bucket_bytes = SIZE_MAX;
+    runs.clear();
+    for (auto& list : fusion::plan_buckets(specs, order, uncapped)) {
+      std::size_t count = 0;
+      for (auto i : list) {
+        entries[i].run = runs.size();
+        entries[i].run_offset = count;
+        count += entries[i].spec.count;
+      }
+      const ReducerEntry& first = specs[list.front()];
+      const DType wire = fusion::wire_dtype(first.dtype, o.wire);
+      Run r{fusion::Buffer(count * dtype_size(wire), first.place), {}};
+      bool staged = false;
+      for (auto i : list) staged = staged || (keep && old_runs[was[i].run].staging);
+      if (staged) r.staging = fusion::Buffer(count * dtype_size(first.dtype), first.place);
+      runs.push_back(std::move(r));
+    }
+    if (!keep) return;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const Entry& e = entries[i];
+      const DType t = e.spec.dtype, wire = fusion::wire_dtype(t, o.wire);
+      fusion::convert(at(runs[e.run].buffer.data(), e.run_offset, wire), wire, wire_src[i], wire, e.spec.count,
+                      1.0, e.spec.place);
+      const Run& from = old_runs[was[i].run];
+      if (from.staging)
+        fusion::convert(at(runs[e.run].staging.data(), e.run_offset, t), t,
+                        at(from.staging.data(), was[i].run_offset, t), t, e.spec.count, 1.0, e.spec.place);
+    }
+    ++moves;
+  }
+  // DDP's rebuild: at the end of the first step, every rank lays its entries
+  // out in the order rank 0 readied them (broadcast, so the layouts agree;
+  // rank 0's may differ from the others' where backward is not
+  // deterministic), so that the first bucket holds what backward finishes
+  // first and is issued earliest. Where rank 0 readied nothing (it shadowed
+  // the step: joined) or the order is today's, nothing moves. Results and
+  // gradient views' values move along. Without mu held; every rank calls it
+  // at its first completed step (finish() or shadow()).
+  void rebuild(std::vector<std::size_t> seen) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!rebuild_armed) return;
+      rebuild_armed = false;
+    }
+    const std::size_t n = entries.size();
+    std::vector<std::int64_t> msg(n + 1, -1);
+    msg[0] = seen.size() == n ? 1 : 0;
+    for (std::size_t k = 0; k < seen.size() && k < n; ++k) msg[k + 1] = static_cast<std::int64_t>(seen[k]);
+    comm.broadcast(msg.data(), msg.size(), DType::I64, 0);
+    if (msg[0] != 1) return;
+    std::vector<std::size_t> next(n);
+    std::vector<bool> once(n, false);
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::int64_t i = msg[k + 1];
+      if (i < 0 || static_cast<std::size_t>(i) >= n || once[i])
+        error("the readiness order from rank 0 is not a permutation of the {} gradients", n);
+      once[i] = true;
+      next[k] = static_cast<std::size_t>(i);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (next == order) return;
+    place_runs(std::move(next), /*keep=*/true);
+    lay_out(o.bucket_bytes);
+    for (auto& b : buckets) b.target = b.buffer;
   }
   // A step begins (its first arrival, readiness or shadow): autotune's new
   // layout takes effect here, on every rank at the same step. Caller holds mu.
@@ -216,8 +304,11 @@ struct Reducer::Impl {
                        fmt::format("\"bytes\": {}, \"params\": {}", b.wire_bytes(), b.entries.size()));
     }
     const std::int64_t t_backward = t_first;
+    std::vector<std::size_t> seen;
     {
       std::lock_guard<std::mutex> lock(mu);
+      seen = std::move(observed);
+      observed.clear();
       reset_step();
     }
     if (failure) std::rethrow_exception(failure);
@@ -238,6 +329,7 @@ struct Reducer::Impl {
       timeline::span(cat.c_str(), "backward", t_backward, t_sync, "\"from\": \"the first gradient ready\"");
       timeline::span(cat.c_str(), "synchronize", t_sync, timeline::now_ns());
     }
+    rebuild(std::move(seen));
     tune_step();
   }
 };
@@ -255,19 +347,8 @@ Reducer::Reducer(Communicator comm, std::vector<ReducerEntry> entries, ReducerOp
   else m.wire_op = m.o.op == Op::Average ? Op::Sum : m.o.op;
   m.last_active = m.comm.size();
   for (auto& e : entries) m.entries.push_back({e});
-  // The runs: the layout with no cap cuts only at a dtype or place change.
-  ReducerOptions uncapped = m.o;
-  uncapped.bucket_bytes = uncapped.first_bucket_bytes = SIZE_MAX;
-  for (auto& list : fusion::plan_buckets(entries, uncapped)) {
-    std::size_t count = 0;
-    for (auto i : list) {
-      m.entries[i].run = m.runs.size();
-      m.entries[i].run_offset = count;
-      count += entries[i].count;
-    }
-    const ReducerEntry& first = entries[list.front()];
-    m.runs.push_back({fusion::Buffer(count * dtype_size(fusion::wire_dtype(first.dtype, m.o.wire)), first.place), {}});
-  }
+  m.place_runs(fusion::registration_order(entries.size()), /*keep=*/false);
+  m.rebuild_armed = m.o.rebuild && entries.size() > 1;
   m.tune = fusion::Autotune::make(entries, m.o, m.comm.rank());
   m.lay_out(m.o.bucket_bytes);
 }
@@ -307,6 +388,20 @@ void* Reducer::slot(std::size_t i) {
   return m.at(run.staging.data(), e.run_offset, b.dtype);
 }
 
+std::shared_ptr<void> Reducer::slot_memory(std::size_t i) {
+  void* p = slot(i);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const auto& e = impl_->entries[i];
+  const auto& run = impl_->runs[e.run];
+  const bool staged = impl_->buckets[e.bucket].wire != impl_->buckets[e.bucket].dtype;
+  return std::shared_ptr<void>(staged ? run.staging.owner() : run.buffer.owner(), p);
+}
+
+std::uint64_t Reducer::moves() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->moves;
+}
+
 Reducer::Arrival Reducer::arrived(std::size_t i) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
@@ -336,6 +431,7 @@ bool Reducer::ready(std::size_t i, void* grad, bool in_place) {
     auto& e = m.entries[i];
     if (e.ready) m.error("gradient {} was handed over twice in one step", i);
     e.ready = true;
+    if (m.rebuild_armed) m.observed.push_back(i);
     m.mark_first();
     b = &m.buckets[e.bucket];
     offset = e.offset;
@@ -456,6 +552,18 @@ void Reducer::reset(Communicator comm) {
   m.reset_step();
   m.has_results = false;
   for (auto& b : m.buckets) b.target = b.buffer;
+  m.observed.clear();
+  // Every rank, old or new, starts from the registration order and rebuilds
+  // after its next step, as a newcomer's reducer does.
+  if (m.o.rebuild && m.entries.size() > 1) {
+    const auto first = fusion::registration_order(m.entries.size());
+    if (m.order != first) {
+      m.place_runs(first, /*keep=*/true);
+      m.lay_out(m.o.bucket_bytes);
+      for (auto& b : m.buckets) b.target = b.buffer;
+    }
+    m.rebuild_armed = true;
+  }
   if (m.tune) {  // every rank, old or new, tunes from the start
     m.tune->restart();
     m.relayout = false;

@@ -10,11 +10,18 @@
 //   join       Horovod's protocol (the vote in each step) and the explicit
 //              vote (kolo_torch's Join): the last rank joins first and
 //              shadows; the divisor is the ranks that stepped
+//   rebuild    DDP's rebuild after the first step: the layout follows rank
+//              0's readiness order on every rank (the others ready in
+//              another order), results and a slot's values move along (in
+//              place and slot() entries included), a slot's old memory stays
+//              alive through slot_memory(), reset() goes back and rebuilds
+//              again; rebuild off keeps the registration order
 //   errors     finish() with a gradient missing; a gradient handed over twice
 // Prints "ok" (exit 0) or "FAILED: ..." (exit 3).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -194,6 +201,86 @@ void join(kolo::Communicator& comm, bool vote_each_step) {
   red.forget_vote();
 }
 
+std::vector<std::vector<std::size_t>> layout_of(const kolo::Reducer& r) {
+  std::vector<std::vector<std::size_t>> got;
+  for (std::size_t b = 0; b < r.buckets(); ++b) got.push_back(r.bucket(b));
+  return got;
+}
+
+void rebuild(kolo::Communicator& comm, bool on) {
+  Model m;
+  kolo::ReducerOptions o;
+  o.first_bucket_bytes = 40;
+  o.bucket_bytes = 3000;
+  o.rebuild = on;
+  kolo::Reducer red(comm, m.specs, o);
+  const std::size_t n = m.specs.size();
+  const std::string name = on ? "rebuild" : "rebuild off";
+  // Registration order reversed (8..0): 8 alone past the first cap, 7 alone
+  // (8000 B), the f64 pair, the rest within 3000 B.
+  const std::vector<std::vector<std::size_t>> first = {{8}, {7}, {6, 5}, {4, 3, 2, 1, 0}};
+  // Rank 0 readies in this order: 0 first (the first cap), 1..4 (2984 B),
+  // 7 alone, 8 (past the cap after 7), then the f64 pair.
+  const std::vector<std::size_t> zero_order = {0, 1, 2, 3, 4, 7, 8, 5, 6};
+  const std::vector<std::vector<std::size_t>> rebuilt = {{0}, {1, 2, 3, 4}, {7}, {8}, {5, 6}};
+  check(layout_of(red) == first, name + ": the layout before any step");
+  void* slot_before = red.slot(3);
+  std::shared_ptr<void> kept = red.slot_memory(3);
+  auto step = [&](int s) {
+    std::vector<std::size_t> order = zero_order;
+    if (R != 0) std::reverse(order.begin(), order.end());  // the others' order does not count
+    std::vector<std::vector<char>> g(n);
+    for (std::size_t i : order) {
+      g[i].resize(m.counts[i] * kolo::dtype_size(m.specs[i].dtype));
+      for (std::size_t j = 0; j < m.counts[i]; ++j) set_value(g[i], m.specs[i].dtype, j, grad(R, s, i, j));
+      if (i == 3) {  // kept in the bucket (a gradient view)
+        auto* slot = static_cast<char*>(red.slot(i));
+        std::copy(g[i].begin(), g[i].end(), slot);
+        red.ready(i, slot);
+      } else {
+        red.ready(i, g[i].data(), /*in_place=*/true);
+      }
+    }
+    red.finish();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<char> out(g[i].size());
+      red.result(i, out.data());
+      for (std::size_t j = 0; j < m.counts[i]; ++j) {
+        double want = 0;
+        for (int r = 0; r < N; ++r) want += grad(r, s, i, j);
+        want /= N;
+        const double got = value_of(out, m.specs[i].dtype, j);
+        if (std::abs(got - want) > 1e-5 * (1 + std::abs(want))) {
+          check(false, name + ": step " + std::to_string(s) + " entry " + std::to_string(i) + "[" +
+                           std::to_string(j) + "] = " + std::to_string(got) + ", want " + std::to_string(want));
+          return;
+        }
+      }
+    }
+    // The view of entry 3 holds its result (DDP's gradient_as_bucket_view).
+    std::vector<char> out(m.counts[3] * sizeof(float));
+    red.result(3, out.data());
+    check(std::equal(out.begin(), out.end(), static_cast<const char*>(red.slot(3))),
+          name + ": step " + std::to_string(s) + ": slot 3 does not hold the result");
+  };
+  step(0);
+  check(layout_of(red) == (on ? rebuilt : first), name + ": the layout after the first step");
+  check(red.moves() == (on ? 1u : 0u), name + ": moves() " + std::to_string(red.moves()) + " after the first step");
+  check((red.slot(3) != slot_before) == on, name + ": slot 3 moved or not");
+  // The old slot's memory is alive (ASan would report a read of freed memory).
+  float sum = 0;
+  for (std::size_t j = 0; j < m.counts[3]; ++j) sum += static_cast<const float*>(kept.get())[j];
+  check(std::isfinite(sum), name + ": the old slot's memory");
+  step(1);
+  check(layout_of(red) == (on ? rebuilt : first), name + ": the layout after the second step");
+  red.reset();
+  check(layout_of(red) == first, name + ": reset() returns to the registration order");
+  check(red.moves() == (on ? 2u : 0u), name + ": moves() " + std::to_string(red.moves()) + " after reset()");
+  step(2);
+  check(layout_of(red) == (on ? rebuilt : first), name + ": the layout after reset() and a step");
+  check(red.moves() == (on ? 3u : 0u), name + ": moves() " + std::to_string(red.moves()) + " at the end");
+}
+
 void errors(kolo::Communicator& comm) {
   Model m;
   kolo::Reducer red(comm, m.specs, {});
@@ -234,6 +321,8 @@ int main() {
       join(comm, true);
       join(comm, false);
     }
+    rebuild(comm, true);
+    rebuild(comm, false);
     errors(comm);
   });
 }

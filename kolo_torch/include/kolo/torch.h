@@ -78,7 +78,9 @@ void broadcast_optimizer_state(Communicator& comm, ::torch::optim::Optimizer& op
 // accumulator copies the finished gradient into its bucket; when the last
 // gradient of a bucket arrives, the bucket's allreduce_async starts at once.
 // Buckets hold parameters in reverse registration order (the order backward
-// usually produces them, as in DDP) and are started strictly in bucket order
+// usually produces them, as in DDP), after the first step in the order rank
+// 0's backward produced them (DDP's rebuild; .grad views follow the move),
+// and are started strictly in bucket order
 // on every rank, so all ranks issue the same collectives in the same order
 // even if their backward passes finish gradients in different orders. step()
 // waits for the buckets, writes the reduced gradients back into .grad and
