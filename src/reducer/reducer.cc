@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "reducer/autotune.h"
 #include "reducer/fusion_copy.h"
 #include "reducer/layout.h"
@@ -204,9 +205,13 @@ struct Reducer::Impl {
     }
     std::lock_guard<std::mutex> lock(mu);
     if (next == order) return;
+    const std::size_t before = buckets.size();
     place_runs(std::move(next), /*keep=*/true);
     lay_out(o.bucket_bytes);
     for (auto& b : buckets) b.target = b.buffer;
+    if (comm.rank() == 0)
+      log(LogLevel::Debug, "{}: buckets rebuilt from rank 0's readiness order: {} buckets (were {})", o.what,
+          buckets.size(), before);
   }
   // A step begins (its first arrival, readiness or shadow): autotune's new
   // layout takes effect here, on every rank at the same step. Caller holds mu.
