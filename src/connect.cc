@@ -50,14 +50,14 @@ void connect(Context& c) {
   transport::Members members{{}, {}, c.world};
   if (!one_host && kind == Tcp)
     for (int q = 0; q < c.size; ++q) members.hosts.push_back(hosts.host_name_of(q));
-  c.make_backend = [&store, kind, job = c.job_id, rank = c.rank, size = c.size, hosts, address,
-                    members](const std::string& space) {
+  c.make_backend = [kind, job = c.job_id, rank = c.rank, size = c.size, hosts, address,
+                    members](rdv::StoreClient& store, const std::string& space) {
     if (kind == Shm) return collectives::make_shm_backend(store, space, job, rank, size, members);
     if (kind == Hier) return collectives::make_hier_backend(store, space, job, rank, hosts, address, members.world);
     return collectives::make_tcp_backend(store, space, rank, size, address, members);
   };
   c.base_prefix = prefix;
-  c.backend = c.make_backend(prefix);
+  c.backend = c.make_backend(store, prefix);
   rdv::store_barrier(store, prefix + "/ready", c.rank, c.size);
   log(LogLevel::Info, "{}{} of {} on host {} ({} of {} hosts, {} local ranks), transport {}, launcher {}",
       c.world ? "subgroup " : "", c.name(c.rank), c.size, hosts.names[host], host + 1, hosts.hosts(),

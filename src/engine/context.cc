@@ -70,7 +70,7 @@ void Context::reject_collective(const MismatchError& e) {
   try {
     backend.reset();
     prefix = fmt::format("{}/g{}", base_prefix, ++generation);
-    backend = make_backend(prefix);
+    backend = make_backend(*store, prefix);
     rdv::store_barrier(*store, prefix + "/ready", rank, size);
   } catch (const std::exception& rebuild) {
     throw Error(msg + "\n  every rank rejected this collective, but rebuilding the transport failed: " +

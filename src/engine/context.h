@@ -70,8 +70,10 @@ struct Context {
   std::string prefix;  // this communicator's key space in the store (of this backend generation)
   std::string base_prefix;  // the key space it was formed in; generations live below
   int generation = 0;       // backends built after a rejected collective
-  // Builds the backend in a key space (the transport chosen when it formed, kept for rebuilds).
-  std::function<std::unique_ptr<collectives::Backend>(const std::string& prefix)> make_backend;
+  // Builds the backend in a key space (the transport chosen when it formed, kept for rebuilds),
+  // through a store client: the context's own, or the named channel's (engine/named_channel.h).
+  std::function<std::unique_ptr<collectives::Backend>(rdv::StoreClient& store, const std::string& prefix)>
+      make_backend;
   std::string job_id;  // the launcher's job id (names shared-memory files)
   std::string launcher;  // which launcher's variables init() read, for the log
   int elastic_generation = -1;  // the elastic generation it was formed in (rendezvous/elastic.h); -1: none

@@ -223,7 +223,10 @@ void NamedChannel::round(std::vector<std::string>& mine) {
       made = collectives::make_self_backend();
     } else {
       await_peers(mine);
-      made = c_.make_backend(c_.base_prefix + "/named");
+      if (!store_)
+        store_ = c_.store->connect_again(std::chrono::milliseconds(config::rendezvous_timeout_ms()),
+                                         auth::Identity{c_.world_rank(c_.rank), 0, -1});
+      made = c_.make_backend(*store_, c_.base_prefix + "/named");
     }
     std::lock_guard lk(hub_->mu);
     backend_ = std::move(made);

@@ -52,6 +52,7 @@
 #include "collectives/backend.h"
 #include "engine/engine.h"
 #include "engine/name_table.h"
+#include "rendezvous/store.h"
 
 namespace kolo::detail {
 
@@ -112,6 +113,14 @@ class NamedChannel {
   bool in_round_ = false;     // the thread is inside the transport
   bool anyone_pending_ = false;  // the last round left something pending on some rank
   std::string broken_;
+  // The channel's own connection to the store, for its transport's build
+  // (and whatever that transport asks of the store later). A store client
+  // serves one request at a time, and a build waits in the store for the
+  // peers (up to the rendezvous timeout): on the context's client it held up
+  // the ordered path's store calls on this rank meanwhile — the verdicts of a
+  // rejected collective among them, so that one rank gave up on a rejection
+  // its peer had seen agreed, and rebuilt alone (Horovod's join tests).
+  std::unique_ptr<rdv::StoreClient> store_;
   std::unique_ptr<collectives::Backend> backend_;
   NameTable table_;
   std::uint64_t seq_ = 0;  // this channel's collectives so far (rounds and operations)
