@@ -56,6 +56,35 @@ void set_value(std::vector<char>& buf, kolo::DType t, std::size_t j, double v) {
   else reinterpret_cast<float*>(buf.data())[j] = static_cast<float>(v);
 }
 
+// Small caps, so that the model has several buckets.
+kolo::ReducerOptions small_caps() {
+  kolo::ReducerOptions o;
+  o.first_bucket_bytes = 40;
+  o.bucket_bytes = 3000;
+  return o;
+}
+
+// Every `stride`-th element of every entry's result against want(i, j);
+// false (a failure named `what` and the step) at the first one off by more
+// than tol relative.
+template <class Want>
+bool results_match(kolo::Reducer& red, const Model& m, int s, std::size_t stride, double tol, Want want,
+                   const std::string& what) {
+  for (std::size_t i = 0; i < m.specs.size(); ++i) {
+    std::vector<char> out(m.counts[i] * kolo::dtype_size(m.specs[i].dtype));
+    red.result(i, out.data());
+    for (std::size_t j = 0; j < m.counts[i]; j += stride) {
+      const double w = want(i, j), got = value_of(out, m.specs[i].dtype, j);
+      if (std::abs(got - w) > tol * (1 + std::abs(w))) {
+        check(false, what + ": step " + std::to_string(s) + " entry " + std::to_string(i) + "[" + std::to_string(j) +
+                         "] = " + std::to_string(got) + ", want " + std::to_string(w));
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 void layout() {
   Model m;
   kolo::ReducerOptions o;
@@ -87,9 +116,7 @@ struct Case {
 
 void sums(kolo::Communicator& comm, const Case& c) {
   Model m;
-  kolo::ReducerOptions o;
-  o.first_bucket_bytes = 40;
-  o.bucket_bytes = 3000;
+  kolo::ReducerOptions o = small_caps();
   o.op = c.op;
   o.prescale = c.prescale;
   o.postscale = c.postscale;
@@ -128,35 +155,22 @@ void sums(kolo::Communicator& comm, const Case& c) {
     check(red.unready().empty(), std::string(c.name) + ": entries left unready");
     check(red.arrived(0) == kolo::Reducer::Arrival::Extra, std::string(c.name) + ": an extra pass");
     red.finish();
-    for (std::size_t i = 0; i < n; ++i) {
-      std::vector<char> out(g[i].size());
-      red.result(i, out.data());
-      for (std::size_t j = 0; j < m.counts[i]; ++j) {
-        double want = 0;
-        for (int r = 0; r < N; ++r) {
-          const double x = zero(i) ? 0.0 : grad(r, s, i, j) * c.prescale;
-          want = r == 0 ? x : c.op == kolo::Op::Max ? std::max(want, x) : want + x;
-        }
-        if (c.op == kolo::Op::Average) want /= N;
-        want *= c.postscale;
-        const double got = value_of(out, m.specs[i].dtype, j);
-        if (std::abs(got - want) > c.tol * (1 + std::abs(want))) {
-          check(false, std::string(c.name) + ": step " + std::to_string(s) + " entry " + std::to_string(i) +
-                           "[" + std::to_string(j) + "] = " + std::to_string(got) + ", want " +
-                           std::to_string(want));
-          return;
-        }
+    auto want = [&](std::size_t i, std::size_t j) {
+      double w = 0;
+      for (int r = 0; r < N; ++r) {
+        const double x = zero(i) ? 0.0 : grad(r, s, i, j) * c.prescale;
+        w = r == 0 ? x : c.op == kolo::Op::Max ? std::max(w, x) : w + x;
       }
-    }
+      return (c.op == kolo::Op::Average ? w / N : w) * c.postscale;
+    };
+    if (!results_match(red, m, s, 1, c.tol, want, c.name)) return;
   }
 }
 
 // The last rank has no data from step `stop` on; the others step 3 times.
 void join(kolo::Communicator& comm, bool vote_each_step) {
   Model m;
-  kolo::ReducerOptions o;
-  o.first_bucket_bytes = 40;
-  o.bucket_bytes = 3000;
+  kolo::ReducerOptions o = small_caps();
   o.vote_each_step = vote_each_step;
   kolo::Reducer red(comm, m.specs, o);
   const std::size_t n = m.specs.size();
@@ -180,22 +194,13 @@ void join(kolo::Communicator& comm, bool vote_each_step) {
       red.shadow();
     }
     check(red.active() == active, name + ": active() " + std::to_string(red.active()));
-    for (std::size_t i = 0; i < n; ++i) {
-      std::vector<char> out(m.counts[i] * kolo::dtype_size(m.specs[i].dtype));
-      red.result(i, out.data());
-      for (std::size_t j = 0; j < m.counts[i]; j += 7) {
-        double want = 0;
-        for (int r = 0; r < N; ++r)
-          if (stepping(r, s)) want += grad(r, s, i, j);
-        want /= active;
-        const double got = value_of(out, m.specs[i].dtype, j);
-        if (std::abs(got - want) > 1e-5 * (1 + std::abs(want))) {
-          check(false, name + ": step " + std::to_string(s) + " entry " + std::to_string(i) + " = " +
-                           std::to_string(got) + ", want " + std::to_string(want));
-          return;
-        }
-      }
-    }
+    auto want = [&](std::size_t i, std::size_t j) {
+      double w = 0;
+      for (int r = 0; r < N; ++r)
+        if (stepping(r, s)) w += grad(r, s, i, j);
+      return w / active;
+    };
+    if (!results_match(red, m, s, 7, 1e-5, want, name)) return;
   }
   if (vote_each_step) check(red.vote(false) == 0, name + ": the final vote");
   red.forget_vote();
@@ -209,9 +214,7 @@ std::vector<std::vector<std::size_t>> layout_of(const kolo::Reducer& r) {
 
 void rebuild(kolo::Communicator& comm, bool on) {
   Model m;
-  kolo::ReducerOptions o;
-  o.first_bucket_bytes = 40;
-  o.bucket_bytes = 3000;
+  kolo::ReducerOptions o = small_caps();
   o.rebuild = on;
   kolo::Reducer red(comm, m.specs, o);
   const std::size_t n = m.specs.size();
@@ -242,21 +245,12 @@ void rebuild(kolo::Communicator& comm, bool on) {
       }
     }
     red.finish();
-    for (std::size_t i = 0; i < n; ++i) {
-      std::vector<char> out(g[i].size());
-      red.result(i, out.data());
-      for (std::size_t j = 0; j < m.counts[i]; ++j) {
-        double want = 0;
-        for (int r = 0; r < N; ++r) want += grad(r, s, i, j);
-        want /= N;
-        const double got = value_of(out, m.specs[i].dtype, j);
-        if (std::abs(got - want) > 1e-5 * (1 + std::abs(want))) {
-          check(false, name + ": step " + std::to_string(s) + " entry " + std::to_string(i) + "[" +
-                           std::to_string(j) + "] = " + std::to_string(got) + ", want " + std::to_string(want));
-          return;
-        }
-      }
-    }
+    auto average = [&](std::size_t i, std::size_t j) {
+      double w = 0;
+      for (int r = 0; r < N; ++r) w += grad(r, s, i, j);
+      return w / N;
+    };
+    if (!results_match(red, m, s, 1, 1e-5, average, name)) return;
     // The view of entry 3 holds its result (DDP's gradient_as_bucket_view).
     std::vector<char> out(m.counts[3] * sizeof(float));
     red.result(3, out.data());
