@@ -174,6 +174,12 @@ struct Reducer::Impl {
     }
     ++moves;
   }
+  // The entries moved to `new_order`, values along, and bucketed anew at the
+  // current cap. Caller holds mu; nothing in flight.
+  void move_to(std::vector<std::size_t> new_order) {
+    place_runs(std::move(new_order), /*keep=*/true);
+    lay_out(o.bucket_bytes);
+  }
   // DDP's rebuild: at the end of the first step, every rank lays its entries
   // out in the order rank 0 readied them (broadcast, so the layouts agree;
   // rank 0's may differ from the others' where backward is not
@@ -206,9 +212,7 @@ struct Reducer::Impl {
     std::lock_guard<std::mutex> lock(mu);
     if (next == order) return;
     const std::size_t before = buckets.size();
-    place_runs(std::move(next), /*keep=*/true);
-    lay_out(o.bucket_bytes);
-    for (auto& b : buckets) b.target = b.buffer;
+    move_to(std::move(next));
     if (comm.rank() == 0)
       log(LogLevel::Debug, "{}: buckets rebuilt from rank 0's readiness order: {} buckets (were {})", o.what,
           buckets.size(), before);
@@ -562,11 +566,7 @@ void Reducer::reset(Communicator comm) {
   // after its next step, as a newcomer's reducer does.
   if (m.o.rebuild && m.entries.size() > 1) {
     const auto first = fusion::registration_order(m.entries.size());
-    if (m.order != first) {
-      m.place_runs(first, /*keep=*/true);
-      m.lay_out(m.o.bucket_bytes);
-      for (auto& b : m.buckets) b.target = b.buffer;
-    }
+    if (m.order != first) m.move_to(first);
     m.rebuild_armed = true;
   }
   if (m.tune) {  // every rank, old or new, tunes from the start
