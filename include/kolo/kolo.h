@@ -241,6 +241,9 @@ class Communicator {
   // with zeros, in every named allreduce the other ranks issue (without
   // issuing it), and a named operation of another kind that the other ranks
   // issue fails on each of them. Unnamed calls are not affected.
+  // Leaving is collective, as Horovod's join(): set_joined(false) returns once
+  // every rank has called it, so that a named allreduce issued after it never
+  // runs with a leaving rank's zeros.
   void set_joined(bool on);
 
   // Subgroups: a communicator over some of this one's ranks, with its own

@@ -18,9 +18,10 @@ namespace {
 struct Header {
   std::uint64_t pending;     // operations announced and not yet run
   std::uint64_t full_bytes;  // bytes of the names the table does not know (second allgatherv)
-  std::uint64_t joined;      // 1: this rank is in join() (set_joined)
+  std::uint64_t join_state;  // kJoined: in join() (set_joined); kLeaving: left, until every rank has
 };
 constexpr std::size_t kHeaderWords = sizeof(Header) / 8;
+constexpr std::uint64_t kJoined = 1, kLeaving = 2;
 
 void put(std::vector<char>& out, const void* p, std::size_t n) {
   const char* c = static_cast<const char*>(p);
@@ -111,14 +112,29 @@ std::shared_ptr<WorkState> NamedChannel::submit(const std::string& name, const F
 }
 
 void NamedChannel::set_joined(bool on) {
-  {
-    std::lock_guard lk(hub_->mu);
-    if (joined_ == on) return;
-    joined_ = on;
-    announce_ = true;
-    if (on && !worker_.joinable()) worker_ = std::thread([this] { loop(); });
-  }
+  std::unique_lock lk(hub_->mu);
+  if (joined_ == on) return;
+  joined_ = on;
+  leaving_ = !on;
+  announce_ = true;
+  if (on && !worker_.joinable()) worker_ = std::thread([this] { loop(); });
   hub_->cv.notify_all();
+  if (on) return;
+  // Leaving is collective, as Horovod's join() is. A round samples each
+  // rank's state when it starts, and may wait on its peers a while: a rank
+  // that has left can still count as joined in a round in flight, and a named
+  // allreduce a peer issues after leaving would run there with its zeros (its
+  // own call of it then waiting for a twin that never comes). So a rank that
+  // leaves says so in every round until one finds every rank leaving; that
+  // round ends the leave on every rank at once, and every round after it
+  // samples each rank after its leave.
+  auto left = [&] { return !leaving_ || stop_ || !broken_.empty(); };
+  if (timeout_ms_ <= 0) {
+    hub_->cv.wait(lk, left);
+  } else if (!hub_->cv.wait_for(lk, std::chrono::milliseconds(timeout_ms_), left)) {
+    fail("{}leaving join: {} not left after {} ms (KOLO_TIMEOUT_MS); every rank leaves join together",
+         rank_prefix(), not_left_, timeout_ms_);
+  }
 }
 
 void NamedChannel::abort(const std::string& reason) {
@@ -208,6 +224,7 @@ void NamedChannel::loop() {
     }
     if (broken_.empty()) broken_ = msg;
     lk.unlock();
+    hub_->cv.notify_all();  // a set_joined(false) waiting for a round
     fail_all(first_hand ? std::make_exception_ptr(Error(msg)) : std::make_exception_ptr(IoError(msg)));
     return;
   }
@@ -247,12 +264,12 @@ void NamedChannel::round(std::vector<std::string>& mine) {
   }
   std::vector<char> full_bytes;
   for (const auto& a : full) encode(full_bytes, a);
-  bool joined;
+  std::uint64_t state;
   {
     std::lock_guard lk(hub_->mu);
-    joined = joined_;
+    state = joined_ ? kJoined : leaving_ ? kLeaving : 0;
   }
-  const Header h{mine.size(), full_bytes.size(), joined ? 1u : 0u};
+  const Header h{mine.size(), full_bytes.size(), state};
   std::memcpy(msg.data(), &h, sizeof h);
 
   const std::size_t n = static_cast<std::size_t>(c_.size);
@@ -266,13 +283,16 @@ void NamedChannel::round(std::vector<std::string>& mine) {
   std::vector<RankRound> rounds(n);
   std::vector<std::size_t> full_counts(n);
   std::size_t full_total = 0;
-  std::vector<bool> joined_ranks(n, false);
-  bool anyone_joined = false;
+  std::vector<bool> joined_ranks(n, false), leaving_ranks(n, false);
+  bool anyone_joined = false, anyone_leaving = false, all_leaving = true;
   for (std::size_t r = 0; r < n; ++r) {
     Header hr;
     std::memcpy(&hr, &all[r * msg.size()], sizeof hr);
-    joined_ranks[r] = hr.joined != 0;
+    joined_ranks[r] = hr.join_state == kJoined;
     anyone_joined |= joined_ranks[r];
+    leaving_ranks[r] = hr.join_state == kLeaving;
+    anyone_leaving |= leaving_ranks[r];
+    all_leaving &= leaving_ranks[r];
     full_counts[r] = hr.full_bytes;
     full_total += hr.full_bytes;
     rounds[r].bits.assign(all.begin() + r * msg.size() + kHeaderWords, all.begin() + (r + 1) * msg.size());
@@ -328,8 +348,15 @@ void NamedChannel::round(std::vector<std::string>& mine) {
   {
     std::lock_guard lk(hub_->mu);
     // Every announced operation that did not run or fail is waiting.
-    anyone_pending_ = anyone_joined || joined_ || !s.waiting.empty();
+    // Rounds go on while a rank is joined or leaving: the peers' threads take
+    // part, and the leave ends.
+    anyone_pending_ = anyone_joined || anyone_leaving || joined_ || leaving_ || !s.waiting.empty();
+    if (all_leaving) leaving_ = false;
+    not_left_.clear();
+    for (std::size_t r = 0; r < n; ++r)
+      if (!all_leaving && !leaving_ranks[r]) not_left_ += (not_left_.empty() ? "" : ", ") + c_.name(static_cast<int>(r));
   }
+  hub_->cv.notify_all();  // set_joined(false) waits for a round with every rank leaving
   check_stalls(s);
 }
 

@@ -71,6 +71,7 @@ class NamedChannel {
   // Horovod's join(): while on, this rank takes part in every named allreduce
   // the other ranks issue, with zeros, and named operations of other kinds
   // fail on the ranks that issued them (kolo.h's Communicator::set_joined).
+  // Leaving is collective: it returns once a round has found every rank leaving.
   void set_joined(bool on);
   // The communicator failed elsewhere: make a round waiting on peers fail now.
   void abort(const std::string& reason);
@@ -110,6 +111,8 @@ class NamedChannel {
   bool stop_ = false;
   bool joined_ = false;
   bool announce_ = false;  // run a round now (joined_ changed)
+  bool leaving_ = false;    // left join(); until a round finds every rank leaving (set_joined)
+  std::string not_left_;    // the ranks the last round found not leaving, for a timeout
   bool in_round_ = false;     // the thread is inside the transport
   bool anyone_pending_ = false;  // the last round left something pending on some rank
   std::string broken_;

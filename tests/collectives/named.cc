@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -269,6 +270,40 @@ int die() {
   return 0;
 }
 
+// Horovod's join, over and over: each rank in turn joins first (the others'
+// named allreduce runs with its zeros), then every rank joins, all leave
+// together (an unnamed barrier: join's end) and at once issue the next named
+// allreduce. No rank may still count as joined there: a round that took one
+// as joined would run that allreduce with its zeros (a wrong sum here) and
+// leave its own call waiting for a twin that never comes.
+int join(int rounds) {
+  auto comm = kolo::init();
+  const int rank = comm.rank(), size = comm.size();
+  auto named_sum = [&](const char* name, int mine) {
+    std::vector<std::int32_t> v(7, mine);
+    comm.allreduce_async(v.data(), v.data(), v.size(), kolo::DType::I32, kolo::Op::Sum, {}, {}, name).wait();
+    return v[6];
+  };
+  for (int i = 0; i < rounds; ++i) {
+    const int first = i % size;
+    if (rank == first) {
+      comm.set_joined(true);
+    } else {
+      const int got = named_sum("a", rank + 1);
+      expect(got == size * (size + 1) / 2 - (first + 1), "round " + std::to_string(i) + ": 'a' with the joined rank's zeros");
+      comm.set_joined(true);
+    }
+    comm.barrier();  // every rank has joined
+    comm.set_joined(false);
+    const int got = named_sum("b", rank + 1);
+    expect(got == size * (size + 1) / 2, "round " + std::to_string(i) + ": 'b' right after leaving join, got " +
+                                             std::to_string(got));
+    if (failures) break;
+  }
+  comm.barrier();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -280,8 +315,9 @@ int main(int argc, char** argv) {
     else if (mode == "stall") stall(false);
     else if (mode == "first-stall") stall(true);
     else if (mode == "die") die();
+    else if (mode == "join") join(argc > 2 ? std::atoi(argv[2]) : 200);
     else {
-      std::fprintf(stderr, "usage: kolo_named order|mismatch|duplicate|stall|first-stall|die\n");
+      std::fprintf(stderr, "usage: kolo_named order|mismatch|duplicate|stall|first-stall|die|join [rounds]\n");
       return 2;
     }
   } catch (const std::exception& e) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Named operations (kolo_named, named.cc) on shared memory and TCP: issued in
-# different orders, mismatched, duplicated, stalled, and with a rank that dies
-# mid-negotiation. Each run must end in time (never hang) with the expected
-# output on every rank.
+# different orders, mismatched, duplicated, stalled, joined (Horovod's join)
+# and left, and with a rank that dies mid-negotiation. Each run must end in
+# time (never hang) with the expected output on every rank.
 #   named_test.sh KOLORUN KOLO_NAMED
 set -u
 KOLORUN=$1 BIN=$2
@@ -50,6 +50,13 @@ for transport in shm tcp; do
       want="stall: named operation(s) 'late', 'early' issued here have waited [0-9]* ms for rank 1, which issued no named operation yet"
     fi
     grep -q "^\[0\].*$want" "$out" || bad "$transport/$mode: rank 0 did not warn \"$want\""
+  done
+
+  # Horovod's join, 200 times; leaving it is collective (a named allreduce
+  # issued right after must not run with a leaving rank's zeros).
+  for np in 2 3 4; do
+    run "$transport" "$np" join KOLO_TIMEOUT_MS=30000 && every_rank_ok "$transport/np$np/join" "$np" ||
+      bad "$transport/np$np/join: exit $?"
   done
 
   start=$(date +%s)

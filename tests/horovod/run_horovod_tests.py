@@ -272,6 +272,24 @@ def rerun_timing(args, env, workdir, tests, result, timing):
         result[name] = outcome
 
 
+def print_first_failures(workdir, unexplained, count=2, lines=30):
+    """Prints, for the first `count` of `unexplained` in the order they ran, what each rank's
+    report says (the traceback's last lines): CI keeps only this output, not the work directory."""
+    shown = []
+    for path in sorted(glob.glob(os.path.join(workdir, "xml", "*", "rank*.xml"))):
+        rank = os.path.basename(path)[:-len(".xml")]
+        for case in ET.parse(path).getroot().iter("testcase"):
+            name = case.get("name")
+            if name not in unexplained or (name not in shown and len(shown) == count):
+                continue
+            if name not in shown:
+                shown.append(name)
+            for c in case:
+                if c.tag in ("failure", "error"):
+                    text = ((c.get("message") or "") + "\n" + (c.text or "")).strip().splitlines()
+                    print(f"--- {name}, {rank} ({c.tag}):", *text[-lines:], sep="\n  ", flush=True)
+
+
 def summary(label, result, started, by_design, outside):
     """Prints the counts and each failure's cause; returns the failures with no known cause."""
     counts = {k: sum(v == k for v in result.values()) for k in ("passed", "failed", "skipped")}
@@ -356,6 +374,7 @@ def main():
         if args.keep:
             print(f"logs and XML kept in {workdir}")
         if args.check and (unexplained or fewest < args.min_passed):
+            print_first_failures(workdir, set(unexplained))
             sys.exit(f"run_horovod_tests: {len(unexplained)} failure(s) with no known cause "
                      f"({', '.join(sorted(set(unexplained)))}); fewest passed {fewest}, "
                      f"at least {args.min_passed} wanted")
