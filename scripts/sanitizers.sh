@@ -159,7 +159,20 @@ run_tsan() {
 }
 
 case $stages in
-  all) run_asan; run_tsan ;;
+  all)
+    # The two stages at once, each into a log of its own (printed whole when
+    # both are done): one's tests, which mostly wait (failure deadlines,
+    # kolorun), overlap the other's build.
+    logs=$(mktemp -d)
+    trap 'rm -rf "$logs"' EXIT
+    "$0" asan > "$logs/asan" 2>&1 &
+    asan=$!
+    "$0" tsan > "$logs/tsan" 2>&1 &
+    tsan=$!
+    wait $asan || failed+=("the asan stage")
+    wait $tsan || failed+=("the tsan stage")
+    cat "$logs/asan" "$logs/tsan"
+    ;;
   asan) run_asan ;;
   tsan) run_tsan ;;
   *) echo "usage: scripts/sanitizers.sh [asan|tsan]"; exit 2 ;;
