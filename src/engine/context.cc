@@ -58,11 +58,25 @@ void Context::reject_collective(const MismatchError& e) {
       post_verdict("rejected");
       std::vector<std::string> keys;
       for (int q = 0; q < size; ++q) keys.push_back(fmt::format("{}/verdict/{}/{}", prefix, seq, q));
-      store->wait(keys, std::chrono::milliseconds(kVerdictMs));
-      everyone = true;
-      for (const auto& k : keys) everyone &= store->get(k, std::chrono::milliseconds(0)) == "rejected";
+      // Polled: a store client's wait that times out reads as a lost store.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kVerdictMs);
+      bool all_posted = store->check(keys);
+      while (!all_posted && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        all_posted = store->check(keys);
+      }
+      everyone = all_posted;  // else a silent rank: not a clean rejection
+      for (const auto& k : keys)
+        if (everyone) everyone = store->get(k, std::chrono::milliseconds(0)) == "rejected";
+      // One decision for every rank that rejected: the first to claim it
+      // posts what it saw, and each follows that. Deciding alone, a rank
+      // delayed past kVerdictMs gave up while its peers, seeing every
+      // verdict, rebuilt the transport and waited for it in vain.
+      const std::string decision = fmt::format("{}/decision/{}", prefix, seq);
+      if (store->add(decision + "/claim", 1) == 1) store->set(decision, everyone ? "rebuild" : "fail");
+      everyone = store->get(decision, std::chrono::milliseconds(kVerdictMs)) == "rebuild";
     } catch (const std::exception&) {
-      everyone = false;  // a silent rank, or the store is gone: not a clean rejection
+      everyone = false;  // the store is gone (with the rank that hosted it): not a clean rejection
     }
   }
   if (!everyone) fail_collective(e, true);

@@ -5,7 +5,8 @@
 // disagree (different op, dtype, count or root at the same position) is
 // caught where ranks first compare fingerprints, before anything a peer sent
 // is used. When EVERY rank caught it there (each posts its verdict for that
-// collective to the store and reads everyone's), nothing of the call was
+// collective to the store and reads everyone's; the first rank done posts the
+// decision, which every rank follows), nothing of the call was
 // used anywhere: each rank drops its transport, builds a fresh one in a new
 // key space of the store (new shared-memory segment, new connections, so
 // nothing left in the old one can be read by mistake) and throws
