@@ -132,8 +132,11 @@ void NamedChannel::set_joined(bool on) {
   if (timeout_ms_ <= 0) {
     hub_->cv.wait(lk, left);
   } else if (!hub_->cv.wait_for(lk, std::chrono::milliseconds(timeout_ms_), left)) {
+    std::string not_left;
+    for (std::size_t r = 0; r < seen_leaving_.size(); ++r)
+      if (!seen_leaving_[r]) not_left += (not_left.empty() ? "" : ", ") + c_.name(static_cast<int>(r));
     fail("{}leaving join: {} not left after {} ms (KOLO_TIMEOUT_MS); every rank leaves join together",
-         rank_prefix(), not_left_, timeout_ms_);
+         rank_prefix(), not_left.empty() ? std::string("a rank") : not_left, timeout_ms_);
   }
 }
 
@@ -351,12 +354,10 @@ void NamedChannel::round(std::vector<std::string>& mine) {
     // Rounds go on while a rank is joined or leaving: the peers' threads take
     // part, and the leave ends.
     anyone_pending_ = anyone_joined || anyone_leaving || joined_ || leaving_ || !s.waiting.empty();
+    if (leaving_) seen_leaving_ = leaving_ranks;  // names the laggards if the leave times out
     if (all_leaving) leaving_ = false;
-    not_left_.clear();
-    for (std::size_t r = 0; r < n; ++r)
-      if (!all_leaving && !leaving_ranks[r]) not_left_ += (not_left_.empty() ? "" : ", ") + c_.name(static_cast<int>(r));
   }
-  hub_->cv.notify_all();  // set_joined(false) waits for a round with every rank leaving
+  if (all_leaving) hub_->cv.notify_all();  // set_joined(false) waits for this round
   check_stalls(s);
 }
 

@@ -112,7 +112,7 @@ class NamedChannel {
   bool joined_ = false;
   bool announce_ = false;  // run a round now (joined_ changed)
   bool leaving_ = false;    // left join(); until a round finds every rank leaving (set_joined)
-  std::string not_left_;    // the ranks the last round found not leaving, for a timeout
+  std::vector<bool> seen_leaving_;  // whom the last round found leaving, while this rank leaves
   bool in_round_ = false;     // the thread is inside the transport
   bool anyone_pending_ = false;  // the last round left something pending on some rank
   std::string broken_;
