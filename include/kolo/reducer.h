@@ -20,7 +20,10 @@
 //
 // Rebuild (DDP's, options.rebuild): at the end of the first step the entries
 // are laid out anew in the order rank 0 readied them — broadcast, so every
-// rank agrees —, so the first bucket holds what backward finishes first.
+// rank agrees —, so the first bucket holds what backward finishes first;
+// as in DDP, each dtype (and place) keeps one bucket open, so gradients of
+// two dtypes readied interleaved share buckets, which follow one another in
+// the order they completed.
 // Entries move then (slot() changes, moves() counts it), their values with
 // them; reset() returns to the registration order and rebuilds again after
 // the next step, so that survivors and newcomers of an elastic job agree.

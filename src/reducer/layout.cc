@@ -25,6 +25,37 @@ std::vector<std::size_t> registration_order(std::size_t entries) {
   return order;
 }
 
+std::vector<std::size_t> grouped_order(const std::vector<ReducerEntry>& entries,
+                                       const std::vector<std::size_t>& ready, const ReducerOptions& o) {
+  struct Group {
+    std::vector<std::size_t> members;
+    std::size_t bytes = 0, last = 0;  // wire bytes; position in `ready` of the last member
+  };
+  std::vector<Group> open, done;
+  for (std::size_t pos = 0; pos < ready.size(); ++pos) {
+    const ReducerEntry& e = entries[ready[pos]];
+    const std::size_t bytes = e.count * dtype_size(wire_dtype(e.dtype, o.wire));
+    auto g = std::find_if(open.begin(), open.end(), [&](const Group& g) {
+      const ReducerEntry& f = entries[g.members.front()];
+      return f.dtype == e.dtype && same_place(f.place, e.place);
+    });
+    if (g != open.end() && g->bytes + bytes > o.bucket_bytes) {  // full: it completed at its last member
+      done.push_back(std::move(*g));
+      open.erase(g);
+      g = open.end();
+    }
+    if (g == open.end()) g = open.emplace(open.end());
+    g->members.push_back(ready[pos]);
+    g->bytes += bytes;
+    g->last = pos;
+  }
+  for (auto& g : open) done.push_back(std::move(g));
+  std::sort(done.begin(), done.end(), [](const Group& a, const Group& b) { return a.last < b.last; });
+  std::vector<std::size_t> out;
+  for (const auto& g : done) out.insert(out.end(), g.members.begin(), g.members.end());
+  return out;
+}
+
 std::vector<std::vector<std::size_t>> plan_buckets(const std::vector<ReducerEntry>& entries,
                                                    const std::vector<std::size_t>& order,
                                                    const ReducerOptions& o) {

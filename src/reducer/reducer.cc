@@ -93,6 +93,11 @@ struct Reducer::Impl {
   void check(std::size_t i) const {
     if (i >= entries.size()) error("gradient {} does not exist ({} registered)", i, entries.size());
   }
+  std::vector<ReducerEntry> specs() const {
+    std::vector<ReducerEntry> out;
+    for (const auto& e : entries) out.push_back(e.spec);
+    return out;
+  }
   static char* at(void* base, std::size_t offset, DType t) {
     return static_cast<char*>(base) + offset * dtype_size(t);
   }
@@ -104,10 +109,8 @@ struct Reducer::Impl {
   // the runs. Caller holds mu (or owns the reducer); nothing in flight.
   void lay_out(std::size_t cap) {
     o.bucket_bytes = cap;
-    std::vector<ReducerEntry> specs;
-    for (const auto& e : entries) specs.push_back(e.spec);
     buckets.clear();
-    for (auto& list : fusion::plan_buckets(specs, order, o)) {
+    for (auto& list : fusion::plan_buckets(specs(), order, o)) {
       Bucket b;
       const Entry& first = entries[list.front()];
       b.dtype = first.spec.dtype;
@@ -141,8 +144,7 @@ struct Reducer::Impl {
         wire_src[i] = at(buckets[entries[i].bucket].target, entries[i].offset,
                          fusion::wire_dtype(entries[i].spec.dtype, o.wire));
     order = std::move(new_order);
-    std::vector<ReducerEntry> specs;
-    for (const auto& e : entries) specs.push_back(e.spec);
+    const std::vector<ReducerEntry> specs = this->specs();
     ReducerOptions uncapped = o;
     uncapped.bucket_bytes = uncapped.first_bucket_bytes = SIZE_MAX;
     runs.clear();
@@ -183,8 +185,8 @@ struct Reducer::Impl {
   // DDP's rebuild: at the end of the first step, every rank lays its entries
   // out in the order rank 0 readied them (broadcast, so the layouts agree;
   // rank 0's may differ from the others' where backward is not
-  // deterministic), so that the first bucket holds what backward finishes
-  // first and is issued earliest. Where rank 0 readied nothing (it shadowed
+  // deterministic), each dtype's grouped (fusion::grouped_order), so that the
+  // first bucket holds what backward finishes first and is issued earliest. Where rank 0 readied nothing (it shadowed
   // the step: joined) or the order is today's, nothing moves. Results and
   // gradient views' values move along. Without mu held; every rank calls it
   // at its first completed step (finish() or shadow()).
@@ -210,6 +212,7 @@ struct Reducer::Impl {
       next[k] = static_cast<std::size_t>(i);
     }
     std::lock_guard<std::mutex> lock(mu);
+    next = fusion::grouped_order(specs(), next, o);
     if (next == order) return;
     const std::size_t before = buckets.size();
     move_to(std::move(next));

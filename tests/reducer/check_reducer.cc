@@ -12,7 +12,8 @@
 //              shadows; the divisor is the ranks that stepped
 //   rebuild    DDP's rebuild after the first step: the layout follows rank
 //              0's readiness order on every rank (the others ready in
-//              another order), results and a slot's values move along (in
+//              another order), gradients of two dtypes readied interleaved
+//              grouped by dtype, results and a slot's values move along (in
 //              place and slot() entries included), a slot's old memory stays
 //              alive through slot_memory(), reset() goes back and rebuilds
 //              again; rebuild off keeps the registration order
@@ -212,20 +213,25 @@ std::vector<std::vector<std::size_t>> layout_of(const kolo::Reducer& r) {
   return got;
 }
 
-void rebuild(kolo::Communicator& comm, bool on) {
+// Rank 0's readiness order and the layout the rebuild must make of it.
+struct Readiness {
+  std::string name;
+  std::vector<std::size_t> zero_order;
+  std::vector<std::vector<std::size_t>> rebuilt;
+};
+
+void rebuild(kolo::Communicator& comm, bool on, const Readiness& ready) {
   Model m;
   kolo::ReducerOptions o = small_caps();
   o.rebuild = on;
   kolo::Reducer red(comm, m.specs, o);
   const std::size_t n = m.specs.size();
-  const std::string name = on ? "rebuild" : "rebuild off";
+  const std::string name = (on ? "rebuild, " : "rebuild off, ") + ready.name;
   // Registration order reversed (8..0): 8 alone past the first cap, 7 alone
   // (8000 B), the f64 pair, the rest within 3000 B.
   const std::vector<std::vector<std::size_t>> first = {{8}, {7}, {6, 5}, {4, 3, 2, 1, 0}};
-  // Rank 0 readies in this order: 0 first (the first cap), 1..4 (2984 B),
-  // 7 alone, 8 (past the cap after 7), then the f64 pair.
-  const std::vector<std::size_t> zero_order = {0, 1, 2, 3, 4, 7, 8, 5, 6};
-  const std::vector<std::vector<std::size_t>> rebuilt = {{0}, {1, 2, 3, 4}, {7}, {8}, {5, 6}};
+  const std::vector<std::size_t>& zero_order = ready.zero_order;
+  const std::vector<std::vector<std::size_t>>& rebuilt = ready.rebuilt;
   check(layout_of(red) == first, name + ": the layout before any step");
   void* slot_before = red.slot(3);
   std::shared_ptr<void> kept = red.slot_memory(3);
@@ -315,8 +321,17 @@ int main() {
       join(comm, true);
       join(comm, false);
     }
-    rebuild(comm, true);
-    rebuild(comm, false);
+    // 0 first (the first cap), 1..4 (2984 B), 7 alone, 8 (past the cap after
+    // 7), then the f64 pair.
+    const Readiness in_turn{"dtypes in turn", {0, 1, 2, 3, 4, 7, 8, 5, 6}, {{0}, {1, 2, 3, 4}, {7}, {8}, {5, 6}}};
+    // The f64 pair interleaved with the f32 entries: the pair completes first
+    // (at 6) and goes first, 5 alone past the first cap; 0..4 (2996 B) fill one
+    // bucket, not three cut by the pair (DDP keeps a bucket open per dtype).
+    const Readiness interleaved{"dtypes interleaved", {0, 5, 1, 6, 2, 3, 4, 7, 8}, {{5}, {6}, {0, 1, 2, 3, 4}, {7}, {8}}};
+    for (const Readiness* r : {&in_turn, &interleaved}) {
+      rebuild(comm, true, *r);
+      rebuild(comm, false, *r);
+    }
     errors(comm);
   });
 }
