@@ -4,6 +4,7 @@
 # both pass, and no segment is left in /dev/shm.
 #   concurrent_test.sh KOLORUN CHECK_BINARY
 set -u
+source "$(dirname "$0")/../private_shm.sh" "$@"  # a /dev/shm of its own (it checks all of it)
 KOLORUN=$1 BIN=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -5,6 +5,7 @@
 # the correct allreduce sum 1+2+3 = 6.
 #   launchers_test.sh IDENTITY_BINARY
 set -u
+source "$(dirname "$0")/../private_shm.sh" "$@"  # a /dev/shm of its own (it checks all of it)
 BIN=$1
 N=3
 fail=0

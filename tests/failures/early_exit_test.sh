@@ -22,6 +22,7 @@
 #     rank 0 waits that long, warns naming rank 1, and exits 0.
 # Every run has a deadline (timeout); nothing is left in /dev/shm.
 set -u
+source "$(dirname "$0")/../private_shm.sh" "$@"  # a /dev/shm of its own (it checks all of it)
 BIN=$1
 RUNS=${2:-20}
 DELAY_MS=${EARLY_EXIT_DELAY_MS:-300}
