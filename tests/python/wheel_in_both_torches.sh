@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# One wheel for every torch: builds kolo's manylinux wheel once with Debian's
-# Python (scripts/wheel.sh /usr/bin/python3 --no-build-isolation: Debian's
-# setuptools and pybind11-dev; auditwheel from PyPI), installs that one file
-# into two fresh virtual environments — one that sees Debian's torch 1.13,
-# one that sees PyPI's torch 2.x (the environment TORCH2_PYTHON belongs to,
+# One wheel for every torch: installs kolo's manylinux wheel (scripts/wheel.sh,
+# for Debian's Python; ctest's install.wheel builds it once for this test and
+# install.wheel_in_bare_root) into two fresh virtual environments — one that
+# sees Debian's torch 1.13, one that sees PyPI's torch 2.x (the environment TORCH2_PYTHON belongs to,
 # through a .pth file) — and runs Python test jobs in each through the
 # installed package and its `kolorun` console script (no PYTHONPATH, no
 # build tree). Checks that both environments load the very same _C*.so.
-#   tests/python/wheel_in_both_torches.sh TORCH2_PYTHON
+#   tests/python/wheel_in_both_torches.sh TORCH2_PYTHON [WHEEL]
+#   default WHEEL: one scripts/wheel.sh builds now
 set -euo pipefail
 TORCH2_PYTHON=$1
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d /tmp/kolo-wheel.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-echo "== scripts/wheel.sh (Debian's Python, no build isolation)"
-WHEEL=$(KOLO_WHEEL_DIR=$WORK/dist "$SRC/scripts/wheel.sh" /usr/bin/python3 --no-build-isolation)
+if [ $# -ge 2 ]; then
+  WHEEL=$(realpath "$2")
+else
+  WHEEL=$(KOLO_WHEEL_DIR=$WORK/dist "$SRC/scripts/wheel.sh")
+fi
 echo "wheel: $(basename "$WHEEL")"
 WHEEL_SO_SHA=$(/usr/bin/python3 - "$WHEEL" <<'PY'
 import hashlib, sys, zipfile
