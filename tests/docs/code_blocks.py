@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ANNOTATION = re.compile(r"^<!-- (run|tested-by|not-run): (.*?) -->$")
@@ -165,12 +166,13 @@ def run_block(where, kind, text, args, tmp):
     for entry in ROOT.iterdir():
         if entry.name != ".git":
             (work / entry.name).symlink_to(entry)
+    start = time.monotonic()
     try:
         r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1200)
     except subprocess.TimeoutExpired as e:
         return f"{where}: still running after {e.timeout} s"
     out = r.stdout + r.stderr
-    print(f"== {where} ({kind}): exit {r.returncode}")
+    print(f"== {where} ({kind}): exit {r.returncode} after {time.monotonic() - start:.0f} s")
     print("   " + "\n   ".join(out.strip().splitlines()[-4:]))
     if r.returncode != 0:
         return f"{where}: exit {r.returncode}:\n{out[-3000:]}"
