@@ -14,7 +14,7 @@ scripts/install-deps.sh
 # the network and the disk, the build on the CPUs); they only register tests,
 # so CMake is run again with them once both are there, which compiles nothing.
 venvs=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$venvs"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$venvs"' EXIT
 scripts/install-torch.sh > "$venvs/torch" & torch=$!
 scripts/install-tensorflow.sh > "$venvs/tf" & tf=$!
 scripts/build.sh -DKOLO_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_TORCH2_PYTHON= -DKOLO_TF_PYTHON=
