@@ -29,10 +29,4 @@ cd "$BUILD"
 # and Slurm daemons, Python start-up); with two, a quarter of the cores' time
 # went idle. No test asserts on speed; the three that check all of /dev/shm
 # get one of their own (tests/private_shm.sh), or run alone where they cannot.
-# One OpenMP (and OpenBLAS) thread per process, as torchrun gives each of its
-# ranks: the tests start 2 to 8 ranks at a time on 2 cores, and torch's
-# default, a thread per core in every rank, left its threads waiting on one
-# another at each parallel region (measured: test_process_group's DDP cases
-# under load took 681 s with it, 151 s with one).
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 ctest --output-on-failure --timeout 1500 -j "${KOLO_TEST_JOBS:-3}" "$@"

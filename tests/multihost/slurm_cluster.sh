@@ -27,7 +27,7 @@ ks_up() {
     --seed-file="$M/lib/munged.seed" </dev/null >/dev/null 2>&1 || { kh_die "munged did not start"; return 1; }
 
   # Each node claims this machine's CPUs (tests oversubscribe with --overcommit).
-  cpus=$(nproc)
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc alone honours OMP_NUM_THREADS
   mem=$(free -m | awk '/^Mem:/{print int($2 / 4)}')
   SLURM_CONF=$S/slurm.conf
   {
