@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # The README's main-job command: installs what is needed, builds, and trains
 # Fashion-MNIST data-parallel on 2 ranks (extra arguments go to the trainer).
-#   scripts/main-job.sh [TRAINER-ARGS...]
-#   scripts/main-job.sh --build-only        installs and builds, trains nothing (.ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_only=false
-if [ "${1:-}" = "--build-only" ]; then build_only=true; shift; fi
 scripts/install-deps.sh main-job
 # Only what the job runs (kolorun and the trainer), not the tests (their
 # packages are not installed): scripts/test.sh builds all.
@@ -15,7 +11,6 @@ scripts/install-deps.sh main-job
 # when scripts/test.sh then switches it back.
 KOLO_BUILD_TARGETS=main-job scripts/build.sh -DKOLO_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG"
-$build_only && exit 0
 BUILD=${KOLO_BUILD_DIR:-build}
 NP=${NP:-2}
 if [ -x "$BUILD/examples/fashion_mnist/fashion_mnist" ]; then

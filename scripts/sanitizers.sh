@@ -7,8 +7,6 @@
 #   scripts/sanitizers.sh             both stages
 #   scripts/sanitizers.sh asan        ASan+UBSan only
 #   scripts/sanitizers.sh tsan        TSan only
-#   scripts/sanitizers.sh build       both stages' builds only (.ci/run builds them
-#                                     beside the tests; the stages then find them built)
 #
 # What runs (chosen to stay under ~20 minutes on a loaded 2-core machine,
 # builds included; ccache makes later runs mostly test time):
@@ -109,20 +107,13 @@ ctest_in() {  # DIR CTEST-ARGS...
   (cd "$dir" && ctest --output-on-failure --timeout 900 "$@")
 }
 
-build_asan() {
-  configure_and_build build-asan address kolorun kernels_tests rendezvous_tests launcher_tests kolo_test_rank \
-    check_collectives kolo_mismatch kolo_fault_rank kolo_bad_input_test check_reducer check_autotune
-}
-build_tsan() {
-  configure_and_build build-tsan thread kolorun rendezvous_tests check_collectives kolo_bad_input_test \
-    kolo_fault_rank check_reducer
-}
-
 run_asan() {
   local B=build-asan
   export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  step "asan: build" build_asan
+  step "asan: build" configure_and_build $B address kolorun kernels_tests rendezvous_tests \
+    launcher_tests kolo_test_rank check_collectives kolo_mismatch kolo_fault_rank kolo_bad_input_test \
+    check_reducer check_autotune
   [[ " ${failed[*]} " == *" asan: build "* ]] && return
   step "asan: kernels_tests" $B/tests/kernels/kernels_tests --gtest_brief=1
   step "asan: rendezvous_tests" $B/tests/rendezvous/rendezvous_tests --gtest_brief=1
@@ -145,7 +136,8 @@ run_asan() {
 run_tsan() {
   local B=build-tsan
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-  step "tsan: build" build_tsan
+  step "tsan: build" configure_and_build $B thread kolorun rendezvous_tests check_collectives kolo_bad_input_test \
+    kolo_fault_rank check_reducer
   [[ " ${failed[*]} " == *" tsan: build "* ]] && return
   # TSan maps its shadow at fixed addresses; with more ASLR bits than it
   # expects a process dies at start ("unexpected memory mapping"): run
@@ -181,13 +173,9 @@ case $stages in
     wait $tsan || failed+=("the tsan stage")
     cat "$logs/asan" "$logs/tsan"
     ;;
-  build)
-    step "asan: build" build_asan
-    step "tsan: build" build_tsan
-    ;;
   asan) run_asan ;;
   tsan) run_tsan ;;
-  *) echo "usage: scripts/sanitizers.sh [asan|tsan|build]"; exit 2 ;;
+  *) echo "usage: scripts/sanitizers.sh [asan|tsan]"; exit 2 ;;
 esac
 
 echo "=== sanitizers: $((SECONDS - t_start)) s in all"
