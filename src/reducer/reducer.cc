@@ -186,8 +186,9 @@ struct Reducer::Impl {
   // out in the order rank 0 readied them (broadcast, so the layouts agree;
   // rank 0's may differ from the others' where backward is not
   // deterministic), each dtype's grouped (fusion::grouped_order), so that the
-  // first bucket holds what backward finishes first and is issued earliest. Where rank 0 readied nothing (it shadowed
-  // the step: joined) or the order is today's, nothing moves. Results and
+  // first bucket holds what backward finishes first and is issued earliest.
+  // Where rank 0 readied nothing (it shadowed the step: joined) or the order
+  // is today's, nothing moves. Results and
   // gradient views' values move along. Without mu held; every rank calls it
   // at its first completed step (finish() or shadow()).
   void rebuild(std::vector<std::size_t> seen) {
