@@ -2,8 +2,9 @@
 # One wheel for every torch: installs kolo's manylinux wheel (scripts/wheel.sh,
 # for Debian's Python; ctest's install.wheel builds it once for this test and
 # install.wheel_in_bare_root) into two fresh virtual environments — one that
-# sees Debian's torch 1.13, one that sees PyPI's torch 2.x (the environment TORCH2_PYTHON belongs to,
-# through a .pth file) — and runs Python test jobs in each through the
+# sees Debian's torch 1.13, one that sees PyPI's torch 2.x (the environment
+# TORCH2_PYTHON belongs to, through a .pth file) — and runs Python test jobs
+# in each through the
 # installed package and its `kolorun` console script (no PYTHONPATH, no
 # build tree). Checks that both environments load the very same _C*.so.
 #   tests/python/wheel_in_both_torches.sh TORCH2_PYTHON [WHEEL]
