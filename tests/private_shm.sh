@@ -6,9 +6,13 @@
 # runs as it is, and CMake marks it RUN_SERIAL (kolo_checks_all_of_dev_shm in
 # the top CMakeLists.txt, which makes the same probe).
 #   source "$(dirname "$0")/../private_shm.sh" "$@"
-if [ -z "${KOLO_TEST_PRIVATE_SHM:-}" ] && unshare --mount --propagation private true 2>/dev/null; then
+# The namespace's /dev is made private inside it (not its root: in a chroot,
+# such as tools/fresh-debian.sh's, the root is no mount point and
+# `unshare --propagation private` fails), so the tmpfs never reaches the host.
+if [ -z "${KOLO_TEST_PRIVATE_SHM:-}" ] &&
+  unshare --mount --propagation unchanged mount --make-rprivate /dev 2>/dev/null; then
   export KOLO_TEST_PRIVATE_SHM=1
   # shellcheck disable=SC2016  # expanded by the inner bash
-  exec unshare --mount --propagation private \
-    bash -c 'mount -t tmpfs -o mode=1777 kolo-test-shm /dev/shm && exec "$0" "$@"' "$0" "$@"
+  exec unshare --mount --propagation unchanged \
+    bash -c 'mount --make-rprivate /dev && mount -t tmpfs -o mode=1777 kolo-test-shm /dev/shm && exec "$0" "$@"' "$0" "$@"
 fi
