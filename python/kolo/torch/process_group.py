@@ -14,7 +14,15 @@ asynchronous collective and returns a KoloWork (process_group_work.py); DDP's
 Reducer reads the results through the work's future, so backward overlaps
 communication.
 
-How each op maps onto kolo's collectives (CPU tensors, contiguous; kolo's 7
+CUDA tensors (where kolo was built with CUDA; docs/gpus.md): an op on CUDA
+tensors is ordered on torch's current stream as NCCL's are — it reads its
+inputs after the work queued there before the call, and the copies out of
+staging buffers are queued on that stream after it. The work's future is a
+CUDA future (DDP's Reducer and then()-callbacks wait for it on the GPU);
+``work.wait()`` waits from the host, then makes the current stream wait for
+the op's stream. Every tensor of one op is on one device.
+
+How each op maps onto kolo's collectives (CPU or CUDA tensors, contiguous; kolo's 7
 dtypes natively, int8/int16/bool as kolo.torch.dtypes maps them, any other
 dtype is an error naming it). torch 2.15 renamed the single-tensor ops
 (``all_gather_single`` ...); the older names (``_allgather_base`` ...), which
@@ -50,10 +58,12 @@ torch 1.13 to 2.14 call, are the same methods:
 
 Object collectives (broadcast_object_list, all_gather_object, gather_object,
 scatter_object_list) are torch's Python over these ops. On torch 2.x the
-group is registered for the CPU device (``devices=["cpu"]``) and answers
-``_get_backend(cpu)`` itself, so ``init_process_group("kolo",
-device_id=torch.device("cpu:0"))`` works; it does not offer communicator
-splitting to torch.
+group is registered for the CPU and CUDA devices (``devices=["cpu", "cuda"]``)
+and answers ``_get_backend(cpu or cuda)`` itself, so ``init_process_group("kolo",
+device_id=torch.device("cuda:0"))`` works; it does not offer communicator
+splitting to torch. In a per-device string (``"cpu:gloo,cuda:kolo"``) torch
+takes the group kolo's creator returns for the whole group (a ProcessGroup,
+not a per-device Backend): the CPU tensors then go through kolo as well.
 
 Subgroups: ``new_group(ranks)`` (and torch's ``new_subgroups``, ``split_group``
 over it) makes a kolo group of those ranks (``Communicator.group``), formed by
@@ -73,9 +83,13 @@ from kolo import _C
 from kolo.basics import error
 from kolo.splits import split_rows
 from kolo.torch import dtypes
+from kolo.torch.dtypes import place
 from kolo.torch.process_group_rendezvous import communicator_for, install_env_handler
 from kolo.torch.process_group_work import Completer
 
+# The devices whose tensors the group takes: CUDA ones where kolo was built
+# with CUDA (a CUDA tensor on a build without is refused by name, dtypes.check_tensor).
+_DEVICES = ("cpu", "cuda")
 _OPS = {"SUM": _C.SUM, "AVG": _C.AVERAGE, "MIN": _C.MIN, "MAX": _C.MAX, "PRODUCT": _C.PRODUCT}
 
 
@@ -133,16 +147,29 @@ def _one(what, items, kind="tensor"):
 
 
 def _check(what, tensors, like=None, name="tensor"):
-    """Every tensor is one kolo can read in place, with like's dtype, on the CPU
-    (the process group has no CUDA path yet; kolo.torch's Horovod API has)."""
+    """Every tensor is one kolo can read in place (CPU, or CUDA where kolo was
+    built with it), with like's dtype and on like's device."""
     for t in tensors:
         dtypes.check_tensor(what, t, name)
-        if t.device.type != "cpu":
-            raise ValueError(error(what, f"{name} is on {t.device}; the kolo process group serves "
-                                   "CPU tensors only so far (kolo.torch's Horovod API takes CUDA "
-                                   "tensors; or use \"cpu:kolo,cuda:nccl\")"))
         if like is not None and t.dtype != like.dtype:
             raise TypeError(error(what, f"{name} has dtype {t.dtype} but the input has {like.dtype}"))
+        if like is not None and t.device != like.device:
+            raise ValueError(error(what, f"{name} is on {t.device} but the input is on {like.device} "
+                                   "(one collective moves memory of one device)"))
+
+
+def _stream_of(*groups):
+    """The CUDA stream the op was issued on (torch's current stream of the
+    first tensor's device), or None for an op on CPU tensors or none at all."""
+    for group in groups:
+        for t in group:
+            if isinstance(t, (list, tuple)):
+                found = _stream_of(t)
+                if found is not None:
+                    return found
+            elif isinstance(t, torch.Tensor):
+                return torch.cuda.current_stream(t.device) if t.is_cuda else None
+    return None
 
 
 def _unit(t):
@@ -174,7 +201,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         return "kolo"
 
     def _submit(self, what, kolo_work, value, finish=None, keep=()):
-        return self._completer.submit(what, kolo_work, value, finish, keep)
+        return self._completer.submit(what, kolo_work, value, finish, keep, _stream_of(keep, value))
 
     def _reduce_op(self, what, t, opts):
         """(kolo op code, integer AVG) for reducing t: integer AVG reduces as SUM."""
@@ -222,7 +249,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         t = _premultiplied(what, t, opts, fresh=True)
         kop, avg = self._reduce_op(what, t, opts)
         buf, code, op, back = _reduction_buffer(what, t, kop)
-        work = self._comm.allreduce_async(buf.data_ptr(), buf.data_ptr(), buf.numel(), code, op)
+        work = self._comm.allreduce_async(buf.data_ptr(), buf.data_ptr(), buf.numel(), code, op, **place(buf))
         finish = (lambda: t.copy_(buf)) if back else None
         return self._submit(what, work, tensors, self._dividing(finish, buf) if avg else finish, (buf,))
 
@@ -234,7 +261,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         flat = _premultiplied(what, torch.cat([t.reshape(-1) for t in tensors]), opts, fresh=True)
         kop, avg = self._reduce_op(what, flat, opts)
         buf, code, op, back = _reduction_buffer(what, flat, kop)
-        work = self._comm.allreduce_async(buf.data_ptr(), buf.data_ptr(), buf.numel(), code, op)
+        work = self._comm.allreduce_async(buf.data_ptr(), buf.data_ptr(), buf.numel(), code, op, **place(buf))
 
         def finish():
             result = buf.to(flat.dtype) if back else flat
@@ -252,7 +279,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         kop, avg = self._reduce_op(what, scaled, opts)
         buf, code, op, back = _reduction_buffer(what, scaled, kop)
         out = buf if mine else torch.empty_like(buf)
-        work = self._comm.allreduce_async(buf.data_ptr(), out.data_ptr(), buf.numel(), code, op)
+        work = self._comm.allreduce_async(buf.data_ptr(), out.data_ptr(), buf.numel(), code, op, **place(buf))
         finish = (lambda: t.copy_(buf)) if back and mine else None
         if avg and mine:
             finish = self._dividing(finish, buf)
@@ -263,10 +290,11 @@ class ProcessGroupKolo(dist.ProcessGroup):
         kop, avg = self._reduce_op(what, flat, opts)
         buf, code, op, back = _reduction_buffer(what, flat, kop)
         if back:
-            out = torch.empty(output.numel(), dtype=buf.dtype)
+            out = buf.new_empty(output.numel())
         else:
             out = output.view(torch.uint8) if output.dtype == torch.bool else output
-        work = self._comm.reduce_scatter_async(buf.data_ptr(), out.data_ptr(), output.numel(), code, op)
+        work = self._comm.reduce_scatter_async(buf.data_ptr(), out.data_ptr(), output.numel(), code, op,
+                                               **place(buf))
         finish = (lambda: output.copy_(out.view(output.shape))) if back else None
         return self._submit(what, work, [output], self._dividing(finish, out) if avg else finish, (buf, out))
 
@@ -301,8 +329,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
         counts = [o.numel() for o in outputs]
         kop, avg = self._reduce_op(what, flat, opts)
         buf, code, op, _ = _reduction_buffer(what, flat, kop)
-        out = torch.empty(sum(counts), dtype=buf.dtype)
-        work = self._comm.reduce_scatter_async(buf.data_ptr(), out.data_ptr(), out.numel(), code, op)
+        out = buf.new_empty(sum(counts))
+        work = self._comm.reduce_scatter_async(buf.data_ptr(), out.data_ptr(), out.numel(), code, op, **place(buf))
 
         def finish():
             for o, part in zip(outputs, out.split(counts)):
@@ -317,15 +345,16 @@ class ProcessGroupKolo(dist.ProcessGroup):
         _check(what, [t])
         root = self._root(what, opts.rootRank if opts is not None else 0)
         code, count = dtypes.move_code(t)
-        work = self._comm.broadcast_async(t.data_ptr(), count, code, root)
+        work = self._comm.broadcast_async(t.data_ptr(), count, code, root, **place(t))
         return self._submit(what, work, tensors)
 
     def _gather_into(self, what, t, counts, staging):
         """Issues the allgather(v) of t into staging; counts are elements per rank."""
         code, per = _unit(t)
         if len(set(counts)) == 1:
-            return self._comm.allgather_async(t.data_ptr(), staging.data_ptr(), t.numel() * per, code)
-        return self._comm.allgatherv_async(t.data_ptr(), staging.data_ptr(), [c * per for c in counts], code)
+            return self._comm.allgather_async(t.data_ptr(), staging.data_ptr(), t.numel() * per, code, **place(t))
+        return self._comm.allgatherv_async(t.data_ptr(), staging.data_ptr(), [c * per for c in counts], code,
+                                           **place(t))
 
     def _outputs(self, what, outs, t):
         _check(what, outs, like=t, name="output tensor")
@@ -342,7 +371,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         _check(what, [t])
         self._outputs(what, outs, t)
         counts = [o.numel() for o in outs]
-        staging = torch.empty(sum(counts), dtype=t.dtype)
+        staging = t.new_empty(sum(counts))
         work = self._gather_into(what, t, counts, staging)
 
         def finish():
@@ -358,7 +387,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
             raise ValueError(error(what, f"the output holds {output.numel()} elements; it must hold "
                                    f"{self.size()} x {input.numel()} (ranks x input elements)"))
         code, per = _unit(input)
-        work = self._comm.allgather_async(input.data_ptr(), output.data_ptr(), input.numel() * per, code)
+        work = self._comm.allgather_async(input.data_ptr(), output.data_ptr(), input.numel() * per, code,
+                                          **place(input))
         return self._submit(what, work, [output], keep=(input,))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
@@ -367,7 +397,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         if not self._check_pairs(what, outputs, inputs, wide=outputs, narrow=inputs):
             return self._submit(what, None, outputs)
         flat = torch.cat([i.reshape(-1) for i in inputs])
-        staging = torch.empty(self.size(), flat.numel(), dtype=flat.dtype)
+        staging = flat.new_empty((self.size(), flat.numel()))
         work = self._gather_into(what, flat, [flat.numel()] * self.size(), staging)
 
         def finish():
@@ -387,7 +417,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         for outs in output_lists:
             _check(what, outs, like=input_list[0], name="output tensor")
         flat = torch.cat([t.reshape(-1) for t in input_list])
-        staging = torch.empty(self.size() * flat.numel(), dtype=flat.dtype)
+        staging = flat.new_empty(self.size() * flat.numel())
         work = self._gather_into(what, flat, [flat.numel()] * self.size(), staging)
 
         def finish():
@@ -405,7 +435,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         if mine:
             outs = _one(what, output_tensors, "output list")
             self._outputs(what, outs, t)
-        staging = torch.empty(self.size() * t.numel(), dtype=t.dtype)
+        staging = t.new_empty(self.size() * t.numel())
         work = self._gather_into(what, t, [t.numel()] * self.size(), staging)
 
         def finish():
@@ -424,7 +454,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
             if output.numel() != self.size() * input.numel():
                 raise ValueError(error(what, f"the output holds {output.numel()} elements; it must hold "
                                        f"{self.size()} x {input.numel()} (ranks x input elements)"))
-        staging = output if mine else torch.empty(self.size() * input.numel(), dtype=input.dtype)
+        staging = output if mine else input.new_empty(self.size() * input.numel())
         work = self._gather_into(what, input, [input.numel()] * self.size(), staging)
         return self._submit(what, work, [output], keep=(input, staging))
 
@@ -434,7 +464,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         _check(what, [out])
         root = self._root(what, opts.rootRank if opts is not None else 0)
         n = out.numel()
-        staging = torch.empty(self.size() * n, dtype=out.dtype)
+        staging = out.new_empty(self.size() * n)
         if self.rank() == root:
             ins = _one(what, input_tensors, "input list")
             _check(what, ins, like=out, name="input tensor")
@@ -443,7 +473,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
                                        f"(the output's), got sizes {[i.numel() for i in ins]}"))
             torch.cat([i.reshape(-1) for i in ins], out=staging)
         code, per = _unit(out)
-        work = self._comm.broadcast_async(staging.data_ptr(), staging.numel() * per, code, root)
+        work = self._comm.broadcast_async(staging.data_ptr(), staging.numel() * per, code, root, **place(staging))
         mine = staging[self.rank() * n:(self.rank() + 1) * n]
         return self._submit(what, work, output_tensors, lambda: out.copy_(mine.view(out.shape)), (staging,))
 
@@ -454,7 +484,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         it: a disagreement is the same error on every rank, never a hang."""
         code, per = _unit(send)
         return self._comm.alltoallv_async(send.data_ptr(), [x * unit * per for x in sends], [],
-                                          out.data_ptr(), [x * unit * per for x in recvs], [], code)
+                                          out.data_ptr(), [x * unit * per for x in recvs], [], code, **place(send))
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         what = "all_to_all_single"
@@ -466,7 +496,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
                 raise ValueError(error(what, f"input ({input.numel()} elements) and output "
                                        f"({output.numel()}) must be equal and divisible by {n} ranks"))
             code, per = _unit(input)
-            work = self._comm.alltoall_async(input.data_ptr(), output.data_ptr(), input.numel() // n * per, code)
+            work = self._comm.alltoall_async(input.data_ptr(), output.data_ptr(), input.numel() // n * per, code,
+                                             **place(input))
             return self._submit(what, work, [output], keep=(input,))
         if input.dim() == 0 or output.dim() == 0 or input.shape[1:] != output.shape[1:]:
             raise ValueError(error(what, f"split sizes need input and output of equal row shape, got "
@@ -517,14 +548,14 @@ class ProcessGroupKolo(dist.ProcessGroup):
         self._completer.stop()
 
     # torch 2.x asks the group for its per-device backend (init_process_group
-    # with device_id=, subgroup splitting). This group is its own CPU backend.
+    # with device_id=, subgroup splitting). This group is its own CPU and CUDA backend.
     supports_splitting = False
 
     def _get_backend(self, device):
         device = torch.device(device)
-        if device.type != "cpu":
-            raise RuntimeError(error("process group", f"the kolo backend serves CPU tensors only, "
-                                     f"not device {device}"))
+        if device.type not in _DEVICES:
+            raise RuntimeError(error("process group", f"the kolo backend serves {' and '.join(_DEVICES)} "
+                                     f"tensors, not device {device}"))
         return self
 
 
@@ -573,9 +604,11 @@ def _create(opts, backend_options=None):
         # the flight recorder, torch.compile's functional collectives read it):
         # a group with none has no name. This one holds the name only; the ops
         # stay the group's own (C++ callers reach them through the group).
+        # One holder for both devices: torch keeps one backend per type (CUSTOM).
         pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
-        pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM,
-                             _NameHolder(opts.group_rank, opts.group_size))
+        holder = _NameHolder(opts.group_rank, opts.group_size)
+        for device in _DEVICES:
+            pg._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, holder)
     return pg
 
 
@@ -593,9 +626,9 @@ def _register():
         return  # registered already (module reloaded)
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
         # torch 2.x: the creator returns a ProcessGroup subclass, which torch
-        # takes as the group itself; "cpu" binds CPU tensors to it (a list:
-        # torch >= 2.5 also accepts a string, 2.0-2.4 only a list).
-        dist.Backend.register_backend("kolo", _create, extended_api=True, devices=["cpu"])
+        # takes as the group itself; the devices bind CPU and CUDA tensors to it
+        # (a list: torch >= 2.5 also accepts a string, 2.0-2.4 only a list).
+        dist.Backend.register_backend("kolo", _create, extended_api=True, devices=list(_DEVICES))
     else:
         dist.Backend.register_backend("kolo", _create, extended_api=True)
 

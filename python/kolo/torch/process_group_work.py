@@ -54,6 +54,7 @@ the hook does the same before the interpreter starts finalizing.
 """
 import atexit
 import collections
+import contextlib
 import itertools
 import queue
 import sys
@@ -65,6 +66,11 @@ import torch.distributed as dist
 
 _PINNED_DONE = 64
 _KEEP_RESULTS = 4  # the newest completed works keep their results regardless (module text)
+
+
+def _on(stream):
+    """The context that makes stream current on its device (nothing for None)."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 def _unwrap(fut):
@@ -86,10 +92,11 @@ class KoloWork(dist.Work):
     buffers, run once the collective succeeded) and every buffer kolo reads
     or writes (kolo has only their addresses) until it completes."""
 
-    def __init__(self, what, kolo_work, value, finish, keep):
+    def __init__(self, what, kolo_work, value, finish, keep, stream=None):
         super().__init__()
         self._what = what
         self._kolo, self._value, self._finish, self._keep = kolo_work, value, finish, keep
+        self._stream = stream  # the CUDA stream the op was issued on (None: CPU)
         # finish() runs on another thread (or a later wait()): in the caller's
         # inference mode, or its in-place copies into inference tensors fail
         # (Lightning validates and tests under torch.inference_mode).
@@ -98,7 +105,10 @@ class KoloWork(dist.Work):
         self._done = threading.Event()
         self._error = None
         self._released = False
-        self._source = torch.futures.Future()
+        # A CUDA op's future is a CUDA future: set_result records an event on the
+        # op's stream, and whoever reads the value (DDP's Reducer, a then()
+        # callback) waits for it on the GPU, as with NCCL's works.
+        self._source = torch.futures.Future(devices=[stream.device]) if stream is not None else torch.futures.Future()
         self._future = self._source.then(_unwrap)
 
     def _settle(self):
@@ -109,13 +119,13 @@ class KoloWork(dist.Work):
                 kolo_work.wait()  # releases the GIL
             except BaseException as e:  # kolo's error, reported through this work
                 error = e
-        with self._lock:
+        with self._lock, _on(self._stream):
             if self._done.is_set():
                 return
             if error is None and self._finish is not None:
                 try:
                     with torch.inference_mode(self._inference):
-                        self._finish()
+                        self._finish()  # on a CUDA op's stream: queued after the collective
                 except BaseException as e:
                     error = e
             self._error = error
@@ -123,6 +133,14 @@ class KoloWork(dist.Work):
             self._kolo = self._finish = self._keep = None
             self._source.set_result((value, error))
             self._done.set()
+
+    def _order_current_stream(self):
+        """A CUDA op: the caller's current stream waits for the op's stream
+        (the copies out of staging), as NCCL's work.wait() orders it."""
+        if self._stream is not None:
+            current = torch.cuda.current_stream(self._stream.device)
+            if current != self._stream:
+                current.wait_stream(self._stream)
 
     def wait(self, timeout=None):
         seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
@@ -134,6 +152,7 @@ class KoloWork(dist.Work):
             raise RuntimeError(f"kolo: {self._what} did not complete within {seconds} s")
         if self._error is not None:
             raise self._error
+        self._order_current_stream()
         return True
 
     def is_completed(self):
@@ -161,7 +180,7 @@ class KoloWork(dist.Work):
         return self._value
 
     def synchronize(self):
-        pass  # CPU only: nothing to order against a stream
+        self._order_current_stream()
 
     def source_rank(self):
         raise RuntimeError("kolo: source_rank() belongs to recv from any source, which kolo does not offer")
@@ -184,12 +203,13 @@ class Completer:
         self._lock = threading.Lock()
         _COMPLETERS.add(self)
 
-    def submit(self, what, kolo_work, value, finish=None, keep=()):
+    def submit(self, what, kolo_work, value, finish=None, keep=(), stream=None):
         """A KoloWork for an issued kolo Work (None: nothing was issued).
 
         value becomes the work's result; finish() runs after the kolo Work
-        succeeded; keep holds the buffers kolo uses until then."""
-        work = KoloWork(what, kolo_work, value, finish, keep)
+        succeeded (on stream, the CUDA stream the op was issued on, if any);
+        keep holds the buffers kolo uses until then."""
+        work = KoloWork(what, kolo_work, value, finish, keep, stream)
         self._pending.add(work)
         if self._thread is threading.current_thread():
             with self._lock:

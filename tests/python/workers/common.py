@@ -27,7 +27,10 @@ if DEVICE == "cuda":
     _gpu = int(os.environ.get("KOLO_LOCAL_RANK", "0")) % torch.cuda.device_count()
     torch.cuda.set_device(_gpu)
     torch.set_default_device(f"cuda:{_gpu}")
-elif DEVICE != "cpu":
+    DEVICE_ID = torch.device(f"cuda:{_gpu}")  # this rank's device, as init_process_group's device_id
+elif DEVICE == "cpu":
+    DEVICE_ID = torch.device("cpu:0")
+else:
     raise SystemExit(f"KOLO_TEST_DEVICE={DEVICE}: expected cpu or cuda")
 
 

@@ -15,10 +15,15 @@
           all_gather_single ..., the older _allgather_base ...) called on the
           group, and their coalesced forms, against references
   objects torch's object collectives (pickled objects over the group's ops)
-  device  init_process_group("kolo", device_id=cpu:0) (torch >= 2.3), then ops
+  device  init_process_group("kolo", device_id=cpu:0, or this rank's GPU under
+          KOLO_TEST_DEVICE=cuda) (torch >= 2.3), then ops
   subgroups  new_group over subsets (N >= 3): the even and the odd ranks at
           once, a pair {0, N-1} that rank 1 is outside of, results against
           references, then (last) a mismatch inside a group, named there
+
+Under KOLO_TEST_DEVICE=cuda (tests/gpu/run-on-device.sh) every tensor is on
+this rank's GPU (common.py): DDP then gets device_ids, and its gloo twin runs
+on the same CUDA tensors.
 
 Started by kolorun (torchrun's variables, MASTER_* among them), torchrun-style
 variables (launch.run_torchrun_style) or mpirun (no MASTER_* variables).
@@ -34,12 +39,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import await_the_kill, DTYPES, FLOATS, HALF, check, done, same, tensor, values, wrap  # noqa: E402
+from common import DEVICE, DEVICE_ID, await_the_kill, DTYPES, FLOATS, HALF, check, done, same, tensor, values, wrap  # noqa: E402
 
 import kolo.torch  # noqa: E402,F401  (registers the backend)
 
 MODES = sys.argv[1].split(",")
-dist.init_process_group("kolo", **({"device_id": torch.device("cpu:0")} if "device" in MODES else {}))
+dist.init_process_group("kolo", **({"device_id": DEVICE_ID} if "device" in MODES else {}))
 R, N = dist.get_rank(), dist.get_world_size()
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 SIZES = [0, 1, 1001]
@@ -234,14 +239,17 @@ DDP_TOL = 1e-6
 
 
 def mode_ddp():
+    torch.backends.cudnn.deterministic = True  # CUDA: the same kernels' bits in both runs
     gloo = dist.new_group(backend="gloo")
     runs = []
     for group in (None, gloo):  # None: the default group, "kolo"
-        model = nn.parallel.DistributedDataParallel(make_model(), process_group=group, bucket_cap_mb=0.01)
+        model = nn.parallel.DistributedDataParallel(make_model(), process_group=group, bucket_cap_mb=0.01,
+                                                    device_ids=[DEVICE_ID] if DEVICE == "cuda" else None)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         for step in range(6):
             g = torch.Generator().manual_seed(1000 * step + R)
-            x, y = torch.randn(8 + R, 1, 8, 8, generator=g), torch.randint(0, 10, (8 + R,), generator=g)
+            x = torch.randn(8 + R, 1, 8, 8, generator=g, device="cpu").to(DEVICE_ID)
+            y = torch.randint(0, 10, (8 + R,), generator=g, device="cpu").to(DEVICE_ID)
             opt.zero_grad()
             F.cross_entropy(model(x), y).backward()
             opt.step()
@@ -287,6 +295,10 @@ def mode_errors():
     expect_error("dtype mix", lambda: dist.all_gather_into_tensor(torch.empty(N * 2), torch.ones(2, dtype=torch.int64)),
                  "dtype torch.float32 but the input has torch.int64")
     expect_error("size", lambda: dist.all_gather_into_tensor(torch.empty(N * 2 + 1), torch.ones(2)), "must hold")
+    if DEVICE == "cuda":
+        expect_error("device mix", lambda: dist.all_gather_into_tensor(torch.empty(N * 2, device="cpu"),
+                                                                       torch.ones(2)),
+                     f"output is on cpu but the input is on {DEVICE_ID}")
     if N > 1:
         # rank 0 says it sends 2 rows to rank 1, rank 1 expects 1 from rank 0: every rank sees it
         sends = [1] * N
@@ -417,10 +429,15 @@ def mode_objects():
 
 def mode_device():
     pg = dist.distributed_c10d._get_default_group()
-    check(str(pg.bound_device_id) == "cpu:0", f"bound device {pg.bound_device_id}")
+    check(pg.bound_device_id == DEVICE_ID, f"bound device {pg.bound_device_id}, not {DEVICE_ID}")
+    # Registered for both devices: torch routes CUDA tensors (DDP with
+    # device_ids, FSDP) to the group as well as CPU ones.
+    config = dist.get_backend_config()
+    check(config == "cpu:kolo,cuda:kolo", f"backend config {config!r}")
+    check(pg._get_backend(torch.device("cuda")) is pg, "the group is not its own CUDA backend")
     t = torch.full((5,), float(R + 1))
     dist.all_reduce(t)
-    check(t.eq(N * (N + 1) / 2).all(), "all_reduce on a group bound to cpu:0")
+    check(t.eq(N * (N + 1) / 2).all(), f"all_reduce on a group bound to {DEVICE_ID}")
 
 
 def mode_subgroups():
