@@ -87,7 +87,8 @@ struct SyncBatchNormFunction : ::torch::autograd::Function<SyncBatchNormFunction
     Tensor local = ::torch::cat({dy.sum(dims), (dy * xmu).sum(dims)}).to(::torch::kDouble).contiguous();
     Tensor global = local.clone();
     comm->allreduce(global.data_ptr<double>(), global.data_ptr<double>(),
-                    static_cast<std::size_t>(global.numel()), DType::F64, Op::Sum);
+                    static_cast<std::size_t>(global.numel()), DType::F64, Op::Sum, {},
+                    detail::place_of(global, "SyncBatchNorm's gradient sums", comm->rank()));
     const Tensor g_dy = global.narrow(0, 0, C).to(ct), g_dy_xmu = global.narrow(0, C, C).to(ct);
     Tensor scale = invstd;
     if (weight.defined()) scale = scale * weight.to(ct);
@@ -167,7 +168,7 @@ Tensor SyncBatchNormImpl::forward(const Tensor& input) {
                 fmt::format("SyncBatchNorm({}): expected an input [N, {}, ...] of 2 to 5 dimensions, "
                             "got {}",
                             options.num_features(), options.num_features(), detail::describe(input)));
-  detail::check_cpu(input, "SyncBatchNorm's input", rank);
+  const Place place = detail::place_of(input, "SyncBatchNorm's input", rank);
   namespace F = ::torch::nn::functional;
   if (!is_training()) {
     // Eval: running statistics, or (without them) this rank's batch; no communication.
@@ -186,7 +187,7 @@ Tensor SyncBatchNormImpl::forward(const Tensor& input) {
     const auto dims = reduce_dims(x);
     const double n_local = static_cast<double>(x.numel() / C);
     // [count | sum | sum of squares] per channel, f64, in one allreduce.
-    Tensor stats = ::torch::zeros({1 + 2 * C}, ::torch::kDouble);
+    Tensor stats = ::torch::zeros({1 + 2 * C}, input.options().dtype(::torch::kDouble));
     stats[0] = n_local;
     if (n_local > 0) {
       const Tensor m = x.mean(dims).to(::torch::kDouble);
@@ -196,7 +197,7 @@ Tensor SyncBatchNormImpl::forward(const Tensor& input) {
       stats.narrow(0, 1 + C, C).copy_(m2 + m * m * n_local);
     }
     comm.allreduce(stats.data_ptr<double>(), stats.data_ptr<double>(),
-                   static_cast<std::size_t>(stats.numel()), DType::F64, Op::Sum);
+                   static_cast<std::size_t>(stats.numel()), DType::F64, Op::Sum, {}, place);
     n = stats[0].item<double>();
     if (n <= 1)
       throw Error(detail::prefix(rank) +

@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
+#include <torch/version.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <map>
 #include <sstream>
@@ -33,13 +35,25 @@ DType kolo_dtype(c10::ScalarType t, const std::string& what, int rank) {
   }
 }
 
-void check_cpu(const ::torch::Tensor& t, const std::string& what, int rank) {
-  if (!t.device().is_cpu())
-    throw Error(prefix(rank) + fmt::format("{} is on {}, but kolo communicates CPU tensors only "
-                                           "(this build has no GPU backend); move it to the CPU",
-                                           what, t.device().str()));
+Place place_of(const ::torch::Tensor& t, const std::string& what, int rank) {
   if (t.is_sparse())
     throw Error(prefix(rank) + fmt::format("{} is sparse; kolo communicates dense tensors only", what));
+  if (t.device().is_cpu()) return Place::host();
+  if (!t.device().is_cuda())
+    throw Error(prefix(rank) + fmt::format("{} is on {}, but kolo communicates CPU and CUDA tensors "
+                                           "only; move it to the CPU",
+                                           what, t.device().str()));
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+  // The current stream through c10's device-generic interface: no CUDA
+  // header is needed, so one kolo_torch source serves CPU and CUDA LibTorch.
+  const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+  return Place::cuda(t.device().index(), cuda.getStream(t.device()).native_handle());
+#else
+  throw Error(prefix(rank) + fmt::format("{} is on {}, but kolo_torch was built against LibTorch {}, "
+                                         "whose streams it cannot name: build it against LibTorch "
+                                         ">= 2.2 for CUDA tensors, or move the tensor to the CPU",
+                                         what, t.device().str(), TORCH_VERSION));
+#endif
 }
 
 std::string describe(const ::torch::Tensor& t) {
@@ -158,12 +172,12 @@ void broadcast_all(Communicator& comm, const NamedTensors& tensors, int root) {
   pending.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
     if (!t.defined() || t.numel() == 0) continue;
-    detail::check_cpu(t, "tensor '" + name + "'", comm.rank());
+    const Place place = detail::place_of(t, "tensor '" + name + "'", comm.rank());
     const DType dt = detail::kolo_dtype(t.scalar_type(), "tensor '" + name + "'", comm.rank());
     ::torch::Tensor buf = t.is_contiguous() ? t : t.contiguous();
     pending.push_back({t, buf, {}});
     pending.back().work = comm.broadcast_async(buf.data_ptr(), static_cast<std::size_t>(buf.numel()),
-                                               dt, root);
+                                               dt, root, {}, place);
   }
   std::exception_ptr first;
   for (auto& p : pending) {
@@ -197,9 +211,9 @@ NamedTensors to_vector(const ::torch::OrderedDict<std::string, ::torch::Tensor>&
 // it is refused (NCCL's "Tensors must be contiguous") rather than reduced
 // through a hidden copy. Model parameters are different: broadcast_parameters
 // owns that copy, since the caller never sees the tensors it moves.
-// Returns the tensor's kolo dtype.
-DType in_place_dtype(const ::torch::Tensor& t, const char* op, int rank) {
-  detail::check_cpu(t, "the tensor", rank);
+// Returns the tensor's kolo dtype; `place` receives where it lives.
+DType in_place_dtype(const ::torch::Tensor& t, const char* op, int rank, Place& place) {
+  place = detail::place_of(t, "the tensor", rank);
   const DType dt = detail::kolo_dtype(t.scalar_type(), "the tensor", rank);
   if (!t.is_contiguous())
     throw Error(prefix(rank) + fmt::format(
@@ -213,16 +227,19 @@ DType in_place_dtype(const ::torch::Tensor& t, const char* op, int rank) {
 }  // namespace
 
 void broadcast(Communicator& comm, ::torch::Tensor& tensor, int root) {
-  const DType dt = in_place_dtype(tensor, "broadcast", comm.rank());
-  comm.broadcast(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dt, root);
+  Place place;
+  const DType dt = in_place_dtype(tensor, "broadcast", comm.rank(), place);
+  comm.broadcast(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dt, root, {}, place);
 }
 
 void allreduce(Communicator& comm, ::torch::Tensor& tensor, Op op) {
-  const DType dt = in_place_dtype(tensor, "allreduce", comm.rank());
+  Place place;
+  const DType dt = in_place_dtype(tensor, "allreduce", comm.rank(), place);
   if (tensor.scalar_type() == c10::ScalarType::Bool || !op_supported(dt, op))
     throw Error(prefix(comm.rank()) + fmt::format("allreduce: op {} is not defined for {}",
                                                   op_name(op), c10::toString(tensor.scalar_type())));
-  comm.allreduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dt, op);
+  comm.allreduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dt, op, {},
+                 place);
 }
 
 double allreduce_scalar(Communicator& comm, double value, Op op) {

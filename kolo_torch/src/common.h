@@ -13,8 +13,12 @@ std::string prefix(int rank);
 // The kolo dtype of a tensor's scalar type; `what` names the tensor in the error.
 DType kolo_dtype(c10::ScalarType t, const std::string& what, int rank);
 
-// Throws unless the tensor is a CPU tensor (kolo reduces host memory only).
-void check_cpu(const ::torch::Tensor& t, const std::string& what, int rank);
+// Where the tensor's memory is, as kolo's collectives take it: the host for a
+// CPU tensor; for a CUDA tensor its device and LibTorch's current stream there,
+// on which the collective is then ordered as a kernel would be. Throws for
+// sparse tensors, other devices, and CUDA tensors of a LibTorch older than 2.2
+// (whose streams kolo cannot name without CUDA headers).
+Place place_of(const ::torch::Tensor& t, const std::string& what, int rank);
 
 // "[128, 9216] f32"
 std::string describe(const ::torch::Tensor& t);

@@ -181,10 +181,11 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
   // Trainable parameters, each once.
   std::unordered_set<const void*> seen_impl;
   NamedTensors trainable;
+  std::vector<Place> places;  // CUDA parameters: reduced on the stream current now, in CUDA buckets
   for (auto& [name, t] : named) {
     if (!t.defined() || !t.requires_grad()) continue;
     if (!seen_impl.insert(t.unsafeGetTensorImpl()).second) continue;
-    detail::check_cpu(t, "parameter '" + name + "'", rank);
+    places.push_back(detail::place_of(t, "parameter '" + name + "'", rank));
     if (!t.is_floating_point())
       throw Error(err(fmt::format("parameter '{}' has dtype {}; gradients must be floating point",
                                   name, c10::toString(t.scalar_type()))));
@@ -205,7 +206,8 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
   std::vector<ReducerEntry> entries;
   for (const auto& [name, t] : trainable) {
     entries.push_back({static_cast<std::size_t>(t.numel()),
-                       detail::kolo_dtype(t.scalar_type(), "parameter '" + name + "'", rank), Place::host()});
+                       detail::kolo_dtype(t.scalar_type(), "parameter '" + name + "'", rank),
+                       places[entries.size()]});
     Param p;
     p.name = name;
     p.tensor = t;
@@ -233,7 +235,8 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
     auto& p = params[i];
     // A parameter with another layout (e.g. channels-last) would get
     // gradients in that layout, not our contiguous view: it stays on copies.
-    p.use_view = o.gradient_as_bucket_view && p.tensor.is_contiguous();
+    // So does a CUDA parameter: the reducer lends slots of host buckets only.
+    p.use_view = o.gradient_as_bucket_view && p.tensor.is_contiguous() && p.tensor.device().is_cpu();
     if (!p.use_view) continue;
     p.view = slot_view(i);
     const auto& g = p.tensor.grad();
@@ -305,10 +308,10 @@ void DistributedOptimizer::Impl::hand_over(std::size_t i) {
     errors.push_back(sparse_error(p.name));
     return zeros();
   }
-  if (!g.device().is_cpu()) {
-    errors.push_back(fmt::format("parameter '{}' has its gradient on {}, but kolo reduces CPU "
-                                 "tensors only",
-                                 p.name, g.device().str()));
+  if (g.device() != p.tensor.device()) {
+    errors.push_back(fmt::format("parameter '{}' is on {} but its gradient is on {}; kolo reduces a "
+                                 "gradient where its parameter is",
+                                 p.name, p.tensor.device().str(), g.device().str()));
     return zeros();
   }
   if (g.is_contiguous() && g.sizes() == p.tensor.sizes() && g.scalar_type() == p.tensor.scalar_type()) {

@@ -219,13 +219,17 @@ TrainState restore(const std::string& path, const std::string& payload, ::torch:
     for (auto& [name, t] : targets) t.copy_(model.at(name).toTensor());
   }
 
-  // Optimizer: LibTorch's own archive, then the lrs it does not restore.
+  // Optimizer: LibTorch's own archive, then the lrs it does not restore. Its
+  // state tensors go where the model is: a file rank 0 wrote on cuda:0 loads
+  // on the GPU of each rank (or on the CPU).
   const auto opt_bytes = get("optimizer").toTensor().contiguous();
+  c10::optional<::torch::Device> device;  // c10's: std::optional only from LibTorch 2.4
+  if (!targets.empty()) device = targets.front().second.device();
   try {
     optimizer.state().clear();
     ::torch::serialize::InputArchive archive;
     archive.load_from(static_cast<const char*>(opt_bytes.data_ptr()),
-                      static_cast<std::size_t>(opt_bytes.numel()));
+                      static_cast<std::size_t>(opt_bytes.numel()), device);
     optimizer.load(archive);
   } catch (const c10::Error& e) {
     throw fail(std::string("the optimizer state does not fit this optimizer: ") + e.what_without_backtrace());
@@ -252,8 +256,9 @@ TrainState restore(const std::string& path, const std::string& payload, ::torch:
 void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
                      const ::torch::optim::Optimizer& optimizer, const TrainState& state) {
   c10::Dict<std::string, ::torch::Tensor> model;
-  for (const auto& item : module.named_parameters()) model.insert(item.key(), item.value().detach());
-  for (const auto& item : module.named_buffers()) model.insert(item.key(), item.value().detach());
+  // Host copies of CUDA tensors: a checkpoint loads on any machine (restore copies to the model's device).
+  for (const auto& item : module.named_parameters()) model.insert(item.key(), item.value().detach().cpu());
+  for (const auto& item : module.named_buffers()) model.insert(item.key(), item.value().detach().cpu());
 
   std::string opt_bytes;
   {

@@ -510,7 +510,7 @@ TEST(Errors, SparseGradient) {
 TEST(Errors, NonCpuParameter) {
   auto r = ranks(2, "device");
   EXPECT_NE(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("parameter 'w' is on meta, but kolo communicates CPU tensors only"),
+  EXPECT_NE(r.out.find("parameter 'w' is on meta, but kolo communicates CPU and CUDA tensors only"),
             std::string::npos)
       << r.out;
 }
@@ -558,7 +558,7 @@ TEST(Errors, BadTensorsRefusedOnEveryRank) {
              "non-contiguous broadcast: " + k + "broadcast: the tensor is not contiguous (sizes [4, 3], strides [1, 4])",
              "sparse allreduce: " + k + "the tensor is sparse; kolo communicates dense tensors only",
              "sparse broadcast: " + k + "the tensor is sparse; kolo communicates dense tensors only",
-             "meta allreduce: " + k + "the tensor is on meta, but kolo communicates CPU tensors only",
+             "meta allreduce: " + k + "the tensor is on meta, but kolo communicates CPU and CUDA tensors only",
              "bool allreduce: " + k + "allreduce: op sum is not defined for Bool",
              "complex broadcast: " + k + "the tensor has dtype ComplexFloat, which kolo does not communicate",
              "rank " + std::to_string(rank) + ": bad tensors refused"})
