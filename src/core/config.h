@@ -17,9 +17,15 @@ std::string env_str(const char* name, const std::string& def);
 inline std::string transport() { return env_str("KOLO_TRANSPORT", "auto"); }
 // How collectives on CUDA memory move data (transport/gpu.h): "host" (device
 // memory staged through pinned host memory and the transport above), "ipc"
-// (ranks of one host read each other's device memory through CUDA IPC), or
-// "auto": host, until the ipc plane has been seen working on a GPU.
+// (ranks of one host read each other's device memory through CUDA IPC),
+// "nccl" (NCCL, loaded at run time, for ranks that each own a GPU; where it
+// cannot be loaded the host plane serves, and says why), or "auto": host,
+// until the ipc and nccl planes have been seen working on a GPU.
 inline std::string gpu_transport() { return env_str("KOLO_GPU_TRANSPORT", "auto"); }
+// The NCCL library the nccl plane loads (dlopen): a file name the loader
+// searches for, or a path. libnccl.so.2 is also the one a framework (torch)
+// already loaded into the process.
+inline std::string nccl_library() { return env_str("KOLO_NCCL_LIBRARY", "libnccl.so.2"); }
 // Bytes of device memory each rank lends its peers in the ipc plane: a
 // collective moves through it in rounds of this many bytes per rank.
 inline std::int64_t gpu_ipc_bytes() { return env_int("KOLO_GPU_IPC_BYTES", 32 << 20); }

@@ -14,12 +14,19 @@
 #   build      kolo with its GPU parts (bench/device/build.sh: the carried .debs, torch's LibTorch)
 #   ctest gpu  the CUDA reduction kernel bit for bit against the host kernels; check_collectives
 #              --cuda on 2 and 4 ranks sharing the GPU, on each data plane (host, ipc; and ipc
-#              in 64 KiB rounds on 3): every collective x dtype x op, 1 element to 256 MiB,
+#              in 64 KiB rounds on 3; nccl on 1 rank): every collective x dtype x op, 1 element to 256 MiB,
 #              against a host reference; the caller's stream ordering; host memory on one rank
 #              where the others pass CUDA memory
+#   nccl       check_collectives on the nccl plane, 2 ranks (only where the machine has 2+ GPUs;
+#              ctest's gpu.collectives.np1.nccl runs it on 1 rank)
 #   bad input  kolo_bad_input_test on a GPU machine (a host pointer passed as CUDA memory)
 #   python     kolo.torch's API, training and SyncBatchNorm workers with KOLO_TEST_DEVICE=cuda
 #              (2 ranks on the host plane; the API worker on 3 ranks, and on the ipc plane)
+#   process group  the "kolo" torch.distributed backend on CUDA tensors (process_group_worker.py:
+#              every op against references, DDP with device_ids beside DDP on gloo, the errors;
+#              2 ranks on each plane, subgroups on 3)
+#   fashion_mnist  tests/gpu/fashion_mnist_cuda.sh: the main job (kolo_torch) on the GPU, 2 ranks,
+#              beside its CPU run (accuracy within a point); checkpoint + resume, bf16, SyncBatchNorm
 #   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective, then a clean next job
 #   bench      bench/gpu/allreduce.py: kolo (each plane) vs gloo on the same CUDA tensors, 2 and 4
 #              ranks, beside the device-to-device copy (bench/gpu/report.py writes the table)
@@ -74,9 +81,20 @@ build() {
 step build build
 KOLORUN=$ROOT/$BUILD/tools/kolorun/kolorun
 export PYTHONPATH=$ROOT/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
+# The nccl plane's NCCL: the one torch's CUDA wheel carries (nvidia-nccl).
+nccl=$($PY -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2"))' 2>/dev/null)
+[ -f "$nccl" ] && export KOLO_NCCL_LIBRARY=$nccl
+echo "nccl: ${KOLO_NCCL_LIBRARY:-none found beside torch}"
+gpus=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 
 step "fingerprint tests" "$BUILD/tests/collectives/fingerprint_tests"
 step "ctest -L gpu" bash -c "cd $BUILD && ctest -L gpu --output-on-failure --timeout 600"
+nccl_ranks() {  # the nccl plane on 2 ranks, where each can own a GPU
+  [ "${gpus:-0}" -ge 2 ] || { echo "skipped: $gpus GPU(s); NCCL needs one per rank"; return 77; }
+  KOLO_GPU_TRANSPORT=nccl "$KOLORUN" -np 2 --timeout 900 "$BUILD/tests/collectives/check_collectives" --cuda --large \
+    --expect-gpu-transport nccl
+}
+step "nccl plane on 2 ranks" nccl_ranks
 step "bad input table (1 rank)" "$BUILD/tests/failures/kolo_bad_input_test"
 
 python_workers() {
@@ -91,6 +109,21 @@ python_workers() {
   return $rc
 }
 step "python workers on CUDA tensors" python_workers
+
+process_group() {
+  have_gpu || return 77
+  local rc=0 plane
+  export KOLO_TEST_DEVICE=cuda
+  for plane in host ipc; do
+    KOLO_GPU_TRANSPORT=$plane "$KOLORUN" -np 2 --timeout 300 $PY tests/python/workers/process_group_worker.py \
+      ops,ddp,errors || rc=1
+  done
+  "$KOLORUN" -np 2 --timeout 300 $PY tests/python/workers/process_group_worker.py device,names,objects || rc=1
+  "$KOLORUN" -np 3 --timeout 300 $PY tests/python/workers/process_group_worker.py ops,subgroups || rc=1
+  return $rc
+}
+step "process group (DDP) on CUDA tensors" process_group
+step "fashion_mnist --device cuda" tests/gpu/fashion_mnist_cuda.sh "$KOLORUN" "$ROOT/$BUILD/examples/fashion_mnist/fashion_mnist" $PY
 step "kill mid GPU-collective" tests/gpu/kill_test.sh "$KOLORUN" "$ROOT/$BUILD/tests/collectives/check_collectives" $PY
 
 bench() {

@@ -1,7 +1,10 @@
 // Which data plane serves a communicator's collectives on CUDA memory
 // (KOLO_GPU_TRANSPORT, core/config.h).
+#include <mutex>
+
 #include "core/config.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/reduce_cuda.h"
 #include "transport/cuda/planes.h"
 #include "transport/gpu.h"
@@ -10,8 +13,8 @@ namespace kolo::gpu {
 
 namespace {
 
-// "auto" is the host plane until the ipc plane has been seen working on a
-// GPU (README "GPUs": no GPU has run it yet).
+// "auto" is the host plane until the ipc and nccl planes have been seen
+// working on a GPU (docs/gpus.md: no GPU has run them yet).
 std::string choose(int size, bool one_host) {
   const std::string want = config::gpu_transport();
   if (want == "auto" || want == "host") return "host";
@@ -24,15 +27,27 @@ std::string choose(int size, bool one_host) {
            kernels::cuda::kMaxInputs, size);
     return "ipc";
   }
-  if (want == "nccl")
-    fail("KOLO_GPU_TRANSPORT=nccl: kolo's NCCL plane is not built yet; use auto, host or ipc");
-  fail("KOLO_GPU_TRANSPORT={} is not a data plane (auto, host, ipc)", want);
+  if (want == "nccl") {
+    // Where NCCL cannot be loaded the host plane serves, and says why (once).
+    std::string why;
+    if (nccl::library(why) != nullptr) return "nccl";
+    static std::once_flag said;
+    std::call_once(said, [&] { kolo::log(LogLevel::Warn, "KOLO_GPU_TRANSPORT=nccl: {}; the host plane serves", why); });
+    return "host";
+  }
+  fail("KOLO_GPU_TRANSPORT={} is not a data plane (auto, host, ipc, nccl)", want);
 }
 
 }  // namespace
 
 std::unique_ptr<Plane> make_plane(int size, bool one_host) {
-  return choose(size, one_host) == "ipc" ? make_ipc_plane(size) : make_host_plane();
+  const std::string plane = choose(size, one_host);
+  if (plane == "ipc") return make_ipc_plane(size);
+  if (plane == "nccl") {
+    std::string why;
+    return make_nccl_plane(*nccl::library(why), size, make_host_plane());
+  }
+  return make_host_plane();
 }
 
 std::string planned_plane(int size, bool one_host) { return choose(size, one_host); }

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "transport/cuda/nccl_library.h"
 #include "transport/gpu.h"
 
 namespace kolo::gpu {
@@ -12,5 +13,7 @@ std::unique_ptr<Plane> make_host_plane();
 // Ranks of one host reading each other's device memory through CUDA IPC
 // (at most kernels::cuda::kMaxInputs ranks).
 std::unique_ptr<Plane> make_ipc_plane(int size);
+// NCCL for ranks that each own a GPU; what it does not do as kolo does goes to `host`.
+std::unique_ptr<Plane> make_nccl_plane(const nccl::Library& lib, int size, std::unique_ptr<Plane> host);
 
 }  // namespace kolo::gpu

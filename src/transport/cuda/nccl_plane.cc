@@ -1,0 +1,238 @@
+// The "nccl" data plane for CUDA memory: NCCL, loaded at run time
+// (nccl_library.h), moves the data of ranks that each own a GPU — as Horovod
+// and torch's ProcessGroupNCCL use it — while kolo's engine keeps everything
+// else: the call order, the fingerprint check before any byte moves, the
+// timeline, the caller's stream (caller_stream.h). A collective's run issues
+// the NCCL call on kolo's stream, after the caller's input event, and waits
+// there; then the caller's stream goes on.
+//
+// The NCCL communicator is made inside the first collective's run, where every
+// rank is: rank 0's unique id reaches the others through the host transport,
+// then ncclCommInitRank on this rank's device. NCCL refuses two ranks on one
+// GPU ("Duplicate GPU detected"): the ipc and host planes serve those.
+//
+// What NCCL would do otherwise than kolo's contract goes to the host plane,
+// decided from the call alone (so every rank decides alike): reductions of
+// f16 and bf16, which kolo reduces in f32 and NCCL in their own type.
+//
+// A wait on NCCL never blocks for ever: the engine thread polls the stream and
+// NCCL's asynchronous error; on an error, or past KOLO_TIMEOUT_MS (a peer that
+// stopped or died leaves NCCL's kernels waiting for it), the NCCL communicator
+// is aborted, which stops its kernels — nothing is left spinning on the GPU —
+// and the collective fails with NCCL's message; the communicator is broken
+// from then on, as after any failure.
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "transport/cuda/caller_stream.h"
+#include "transport/cuda/nccl_library.h"
+#include "transport/cuda/planes.h"
+#include "transport/cuda/runtime.h"
+
+namespace kolo::gpu {
+
+namespace {
+
+int nccl_type(DType t) {
+  switch (t) {
+    case DType::F32: return nccl::kFloat32;
+    case DType::F64: return nccl::kFloat64;
+    case DType::F16: return nccl::kFloat16;
+    case DType::BF16: return nccl::kBfloat16;
+    case DType::I32: return nccl::kInt32;
+    case DType::I64: return nccl::kInt64;
+    case DType::U8: return nccl::kUint8;
+  }
+  return nccl::kUint8;
+}
+
+int nccl_op(Op op) {
+  switch (op) {
+    case Op::Sum: return nccl::kSum;
+    case Op::Average: return nccl::kAvg;
+    case Op::Min: return nccl::kMin;
+    case Op::Max: return nccl::kMax;
+    case Op::Product: return nccl::kProd;
+  }
+  return nccl::kSum;
+}
+
+bool reduces(Kind k) { return k == Kind::Allreduce || k == Kind::ReduceScatter; }
+
+// Rank 0's unique id as every rank receives it, and whether rank 0 got one.
+struct Invitation {
+  std::int32_t ok;
+  nccl::UniqueId id;
+};
+
+class NcclPlane : public Plane {
+ public:
+  NcclPlane(const nccl::Library& lib, int size, std::unique_ptr<Plane> host)
+      : lib_(lib), size_(size), host_(std::move(host)) {}
+  ~NcclPlane() override {
+    streams_.release_all();
+    if (comm_ != nullptr) (void)lib_.comm_destroy(comm_);
+  }
+  const char* name() const override { return "nccl"; }
+
+  std::shared_ptr<Ticket> issue(const Call& call, const Place& place) override {
+    if (to_host(call)) return host_->issue(call, place);
+    if (device_ >= 0 && place.device != device_)
+      fail("{}: the nccl plane serves one CUDA device per rank: this rank's collectives so far used cuda:{}, "
+           "this one cuda:{} (KOLO_GPU_TRANSPORT=host serves any)",
+           call.what, device_, place.device);
+    device_ = place.device;
+    return streams_.issue(call.what, place);
+  }
+
+  void run(Ticket& ticket, const Call& c, const HostLink& host) override {
+    if (to_host(c)) return host_->run(ticket, c, host);
+    auto& t = static_cast<StreamTicket&>(ticket);
+    cuda::set_device(t.device, t.what);  // the engine's thread: no need to put a device back
+    const cudaStream_t s = streams_.stream(t.device, t.what);
+    if (aborted_)
+      fail("{} on cuda:{}: the NCCL communicator was aborted after an earlier failure", t.what, t.device);
+    if (comm_ == nullptr) connect(t, host);
+    KOLO_CUDA_CHECK(cudaStreamWaitEvent(s, t.input_ready, 0), t.what, t.device);
+    if (c.in_bytes == 0 && c.out_bytes == 0) {  // nothing to move: the collective's synchronisation only
+      host.barrier();
+      t.release();
+      return;
+    }
+    const std::size_t unit = dtype_size(c.fp.dtype);
+    const char* in = static_cast<const char*>(c.in);
+    char* out = static_cast<char*>(c.out);
+    switch (c.fp.kind) {
+      case Kind::Allreduce:
+        check(t, lib_.all_reduce(in, out, c.out_bytes / unit, nccl_type(c.fp.dtype), nccl_op(c.fp.op), comm_, s));
+        break;
+      case Kind::ReduceScatter:
+        check(t, lib_.reduce_scatter(in, out, c.out_bytes / unit, nccl_type(c.fp.dtype), nccl_op(c.fp.op), comm_,
+                                     s));
+        break;
+      // The data movers move bytes: any dtype, f16 and bf16 included.
+      case Kind::Broadcast:
+        check(t, lib_.broadcast(c.in_bytes > 0 ? in : out, out, c.out_bytes, nccl::kUint8, c.fp.root, comm_, s));
+        break;
+      case Kind::Allgather: check(t, lib_.all_gather(in, out, c.in_bytes, nccl::kUint8, comm_, s)); break;
+      case Kind::Allgatherv: allgatherv(t, c, unit, s); break;
+      case Kind::Alltoall: alltoall(t, c, s); break;
+      case Kind::Alltoallv:
+      case Kind::Barrier: fail("{}: not on CUDA memory (the communicator refuses it first)", t.what);
+    }
+    wait(t, s);
+    t.release();
+  }
+
+ private:
+  static bool to_host(const Call& c) {
+    return reduces(c.fp.kind) && (c.fp.dtype == DType::F16 || c.fp.dtype == DType::BF16);
+  }
+
+  void check(const StreamTicket& t, nccl::Result r) {
+    if (r == nccl::kSuccess || r == nccl::kInProgress) return;
+    abort();
+    fail("{} on cuda:{}: NCCL ({}) failed: {}", t.what, t.device, lib_.path, lib_.get_error_string(r));
+  }
+
+  void abort() {
+    if (comm_ != nullptr) (void)lib_.comm_abort(comm_);
+    comm_ = nullptr;
+    aborted_ = true;
+  }
+
+  void connect(const StreamTicket& t, const HostLink& host) {
+    Invitation mine{};
+    if (host.rank == 0) mine.ok = lib_.get_unique_id(&mine.id) == nccl::kSuccess;
+    std::vector<Invitation> all(static_cast<std::size_t>(size_));
+    host.allgather(&mine, all.data(), sizeof mine);
+    if (!all[0].ok) fail("{} on cuda:{}: rank 0 could not make an NCCL unique id ({})", t.what, t.device, lib_.path);
+    nccl::Comm comm = nullptr;
+    const nccl::Result r = lib_.comm_init_rank(&comm, size_, all[0].id, host.rank);
+    if (r != nccl::kSuccess)
+      fail("{} on cuda:{}: NCCL ({}) could not form its communicator of {} ranks: {} (NCCL needs a GPU of its own "
+           "for each rank: KOLO_GPU_TRANSPORT=ipc or host serves ranks that share one)",
+           t.what, t.device, lib_.path, size_, lib_.get_error_string(r));
+    comm_ = comm;
+    rank_ = host.rank;
+  }
+
+  // Each rank's block broadcast from it, in one NCCL group.
+  void allgatherv(const StreamTicket& t, const Call& c, std::size_t unit, cudaStream_t s) {
+    check(t, lib_.group_start());
+    std::size_t at = 0;
+    for (int r = 0; r < size_; ++r) {
+      const std::size_t bytes = c.counts[static_cast<std::size_t>(r)] * unit;
+      char* block = static_cast<char*>(c.out) + at;
+      check(t, lib_.broadcast(r == rank_ ? c.in : block, block, bytes, nccl::kUint8, r, comm_, s));
+      at += bytes;
+    }
+    check(t, lib_.group_end());
+  }
+
+  // A send and a receive per peer, in one NCCL group.
+  void alltoall(const StreamTicket& t, const Call& c, cudaStream_t s) {
+    const std::size_t per = c.in_bytes / static_cast<std::size_t>(size_);
+    check(t, lib_.group_start());
+    for (int r = 0; r < size_; ++r) {
+      check(t, lib_.send(static_cast<const char*>(c.in) + r * per, per, nccl::kUint8, r, comm_, s));
+      check(t, lib_.recv(static_cast<char*>(c.out) + r * per, per, nccl::kUint8, r, comm_, s));
+    }
+    check(t, lib_.group_end());
+  }
+
+  // Until the stream has run the NCCL call (see the file's comment).
+  void wait(const StreamTicket& t, cudaStream_t s) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    const auto limit = std::chrono::milliseconds(config::timeout_ms());
+    for (int polls = 0;; ++polls) {
+      const cudaError_t e = cudaStreamQuery(s);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) {
+        abort();
+        KOLO_CUDA_CHECK(e, t.what, t.device);
+      }
+      nccl::Result async = nccl::kSuccess;
+      if (lib_.comm_get_async_error(comm_, &async) != nccl::kSuccess ||
+          (async != nccl::kSuccess && async != nccl::kInProgress)) {
+        abort();
+        fail("{} on cuda:{}: NCCL ({}) reported: {}", t.what, t.device, lib_.path, lib_.get_error_string(async));
+      }
+      if (Clock::now() - start > limit) {
+        abort();
+        fail("{} on cuda:{}: NCCL did not complete within KOLO_TIMEOUT_MS={} ms (a peer stopped or died?); the "
+             "NCCL communicator was aborted",
+             t.what, t.device, config::timeout_ms());
+      }
+      // A small collective completes in microseconds: spin first, then let the core go.
+      if (polls < 1000)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  // Declared first: destroyed last, once the streams waiting on its word have been let go.
+  CallerStreams streams_;
+  const nccl::Library& lib_;
+  const int size_;
+  std::unique_ptr<Plane> host_;  // what NCCL does not do as kolo does (to_host)
+  int rank_ = -1;    // this rank in the NCCL communicator (the kolo communicator's)
+  int device_ = -1;  // this rank's device: the first collective's
+  nccl::Comm comm_ = nullptr;
+  bool aborted_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Plane> make_nccl_plane(const nccl::Library& lib, int size, std::unique_ptr<Plane> host) {
+  return std::make_unique<NcclPlane>(lib, size, std::move(host));
+}
+
+}  // namespace kolo::gpu
