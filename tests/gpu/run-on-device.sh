@@ -24,7 +24,7 @@
 #              (2 ranks on the host plane; the API worker on 3 ranks, and on the ipc plane)
 #   process group  the "kolo" torch.distributed backend on CUDA tensors (process_group_worker.py:
 #              every op against references, DDP with device_ids beside DDP on gloo, the errors;
-#              2 ranks on each plane, subgroups on 3)
+#              2 ranks on each plane, subgroups on 3; FSDP2 against one process with the whole batch)
 #   fashion_mnist  tests/gpu/fashion_mnist_cuda.sh: the main job (kolo_torch) on the GPU, 2 ranks,
 #              beside its CPU run (accuracy within a point); checkpoint + resume, bf16, SyncBatchNorm
 #   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective, then a clean next job
@@ -120,6 +120,7 @@ process_group() {
   done
   "$KOLORUN" -np 2 --timeout 300 $PY tests/python/workers/process_group_worker.py device,names,objects || rc=1
   "$KOLORUN" -np 3 --timeout 300 $PY tests/python/workers/process_group_worker.py ops,subgroups || rc=1
+  "$KOLORUN" -np 2 --timeout 300 $PY tests/gpu/fsdp2_worker.py || rc=1
   return $rc
 }
 step "process group (DDP) on CUDA tensors" process_group
