@@ -5,7 +5,9 @@
 # other (the GPU's convolutions sum in another order); then, on the GPU, a
 # checkpoint written after 150 steps and resumed to the epoch's end, bf16
 # autocast, and SyncBatchNorm (convbn) on a 6,000-image slice. Needs a GPU
-# (exit 77 without one); DEVICE=cpu rehearses the same runs on the CPU.
+# (exit 77 without one); DEVICE=cpu rehearses the same runs on the CPU. DATA:
+# the data set's folder where it is not Debian's (the GPU machine: the one
+# bench/device/pack.sh carries).
 #   tests/gpu/fashion_mnist_cuda.sh KOLORUN FASHION_MNIST [PYTHON]
 set -uo pipefail
 KOLORUN=$1 BIN=$2 PY=${3:-python3}
@@ -20,6 +22,7 @@ train() {  # NAME ARGS...: one 2-rank run; prints rank 0's last lines; its log i
   local name=$1
   shift
   [[ " $* " == *" --checkpoint "* ]] || set -- "$@" --checkpoint ""  # no checkpoint unless asked
+  [ -z "${DATA:-}" ] || set -- "$@" --data "$DATA"
   "$KOLORUN" -np 2 --timeout 600 "$BIN" --no-progress "$@" > "$WORK/$name.log" 2>&1
   local rc=$?
   echo "--- $name (exit $rc): $(grep -E 'fashion_mnist:|done:|resumed' "$WORK/$name.log" | tr '\n' ' ')"

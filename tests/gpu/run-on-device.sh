@@ -124,6 +124,7 @@ process_group() {
   return $rc
 }
 step "process group (DDP) on CUDA tensors" process_group
+[ -d "$DEBS/fmnist" ] && export DATA=$ROOT/$DEBS/fmnist  # the data set pack.sh carried
 step "fashion_mnist --device cuda" tests/gpu/fashion_mnist_cuda.sh "$KOLORUN" "$ROOT/$BUILD/examples/fashion_mnist/fashion_mnist" $PY
 step "kill mid GPU-collective" tests/gpu/kill_test.sh "$KOLORUN" "$ROOT/$BUILD/tests/collectives/check_collectives" $PY
 
