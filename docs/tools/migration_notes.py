@@ -61,9 +61,10 @@ HOROVOD_NOTES = {
         "BroadcastGlobalVariablesHook": "a TF1 `SessionRunHook`; kolo supports TF 2.x eager and "
                                         "`tf.function` only: call `broadcast_variables` after the "
                                         "first step",
-        "LocalGradientAggregationHelper": "Horovod's helper for `backward_passes_per_step > 1`, which "
-                                          "kolo.tensorflow does not support (a clear error): "
-                                          "accumulate gradients yourself",
+        "LocalGradientAggregationHelper": "an internal class of Horovod's for "
+                                          "`backward_passes_per_step > 1`: kolo's Keras "
+                                          "`DistributedOptimizer` accumulates itself (the "
+                                          "`tf.compat.v1` optimizer: a clear error)",
         "ProcessSet": PROCESS_SET,
         "check_extension": NOT_API,
         "check_num_rank_power_of_2": NOT_API + " (Adasum's precondition)",

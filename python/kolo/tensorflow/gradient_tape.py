@@ -41,6 +41,52 @@ def _identity(source):
     return source.ref() if hasattr(source, "ref") else _Same(source)
 
 
+class LocalSources:
+    """Horovod's local variables (model parallelism: each rank has its own):
+    their gradients are not reduced over the ranks, only divided by the
+    size when scale_local (Horovod's scale_local_gradients, so that a later
+    average over ranks does not count them size times). The tape's and the
+    Keras optimizer's."""
+
+    def __init__(self, what, process_set, scale_local):
+        self._ids = set()
+        self._what, self._process_set, self._scale_local = what, process_set, scale_local
+
+    def add(self, source):
+        self._ids.add(_identity(source))
+
+    def __contains__(self, source):
+        return _identity(source) in self._ids
+
+    def __len__(self):
+        return len(self._ids)
+
+    def reduce(self, grads, sources, reduce):
+        """grads (one per source) with reduce(list) applied to the non-local ones."""
+        local = [s in self for s in sources] if self._ids else [False] * len(grads)
+        reduced = iter(reduce([g for g, mine in zip(grads, local) if not mine]))
+        return [self._scaled(g) if mine else next(reduced) for g, mine in zip(grads, local)]
+
+    def _scaled(self, g):
+        if g is None or not self._scale_local:
+            return g
+        n = bridge.size_tensor(self._process_set, self._what)
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices, g.dense_shape)
+        return g / tf.cast(n, g.dtype)
+
+    @staticmethod
+    def layers(what, local_layers):
+        """Horovod's local_layers argument: None, a Keras layer or a list of them."""
+        if local_layers is None:
+            return []
+        if isinstance(local_layers, keras.layers.Layer):
+            return [local_layers]
+        if not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+            raise ValueError(error(what, "local_layers must be Keras layers (keras.layers.Layer)"))
+        return list(local_layers)
+
+
 class _DistributedGradientTape:
     """Wraps a tf.GradientTape (its recording, watch, jacobian... are the
     wrapped tape's); only gradient() differs."""
@@ -48,8 +94,7 @@ class _DistributedGradientTape:
     def __init__(self, tape, compression, sparse_as_dense, op, gradient_predivide_factor,
                  process_set, scale_local_gradients=True):
         self._tape = tape
-        self._local_sources = set()
-        self._scale_local = scale_local_gradients
+        self._local = LocalSources("DistributedGradientTape", process_set, scale_local_gradients)
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         self._op = op
@@ -68,42 +113,27 @@ class _DistributedGradientTape:
         return getattr(self._tape, name)
 
     def register_local_source(self, source):
-        """Horovod's: source (a variable or watched tensor) is this rank's own
-        (model parallelism): its gradient is not reduced over the ranks, only
-        divided by their number when scale_local_gradients (Horovod's default,
-        so that a later average over ranks does not count it size times)."""
-        self._local_sources.add(_identity(source))
-
-    def _is_local(self, source):
-        return _identity(source) in self._local_sources
+        """Horovod's: source (a variable or watched tensor) is this rank's own:
+        its gradient is not reduced over the ranks (LocalSources)."""
+        self._local.add(source)
 
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = self._tape.gradient(target, sources, output_gradients, unconnected_gradients)
-        flat = tf.nest.flatten(grads, expand_composites=False)
-        local = [self._is_local(s) for s in tf.nest.flatten(sources)] if self._local_sources \
-            else [False] * len(flat)
-        reduced = iter(fusion.reduce_gradients(
-            "DistributedGradientTape", [g for g, mine in zip(flat, local) if not mine], self._op,
-            self._compression, self._sparse_as_dense, self._pre, self._post, self._process_set))
-        out = [self._scaled_local(g) if mine else next(reduced) for g, mine in zip(flat, local)]
+        out = self._local.reduce(
+            tf.nest.flatten(grads, expand_composites=False), tf.nest.flatten(sources),
+            lambda gs: fusion.reduce_gradients("DistributedGradientTape", gs, self._op,
+                                               self._compression, self._sparse_as_dense, self._pre,
+                                               self._post, self._process_set))
         return tf.nest.pack_sequence_as(grads, out)
-
-    def _scaled_local(self, g):
-        if g is None or not self._scale_local:
-            return g
-        n = bridge.size_tensor(self._process_set, "DistributedGradientTape")
-        if isinstance(g, tf.IndexedSlices):
-            return tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices, g.dense_shape)
-        return g / tf.cast(n, g.dtype)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None):
         """Horovod's: ([(local source, its gradient)], [(other source, reduced gradient)])."""
         sources = tf.nest.flatten(sources)
         grads = self.gradient(target, sources, output_gradients)
         pairs = list(zip(sources, grads))
-        return ([p for p in pairs if self._is_local(p[0])],
-                [p for p in pairs if not self._is_local(p[0])])
+        return ([p for p in pairs if p[0] in self._local],
+                [p for p in pairs if p[0] not in self._local])
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
@@ -128,13 +158,7 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
     """Horovod's: a DistributedGradientTape whose local_layers' (a Keras layer
     or a list of them) trainable weights are local sources
     (register_local_source): their gradients are not reduced over the ranks."""
-    what = "PartialDistributedGradientTape"
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
-        raise ValueError(error(what, "local_layers must be Keras layers (keras.layers.Layer)"))
+    local_layers = LocalSources.layers("PartialDistributedGradientTape", local_layers)
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
                                    sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
                                    process_set, scale_local_gradients)

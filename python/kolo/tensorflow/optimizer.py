@@ -34,14 +34,18 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=global_process_set, scale_local_gradients=True):
     """Horovod's: the optimizer's gradients are reduced over the ranks before they are applied."""
-    if backward_passes_per_step != 1:
-        raise NotImplementedError(error("DistributedOptimizer", "backward_passes_per_step > 1 is "
-                                        "not supported by kolo; accumulate gradients yourself"))
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        if backward_passes_per_step != 1:
+            raise NotImplementedError(error("DistributedOptimizer", "backward_passes_per_step > 1 "
+                                            "needs a Keras optimizer; kolo's tf.compat.v1 "
+                                            "optimizer reduces every pass"))
         return _legacy(optimizer, compression, sparse_as_dense, op, gradient_predivide_factor,
                        process_set)
     from kolo.tensorflow import keras
     return keras.DistributedOptimizer(optimizer, name=name, compression=compression,
                                       sparse_as_dense=sparse_as_dense,
                                       gradient_predivide_factor=gradient_predivide_factor, op=op,
-                                      process_set=process_set)
+                                      backward_passes_per_step=backward_passes_per_step,
+                                      average_aggregated_gradients=average_aggregated_gradients,
+                                      process_set=process_set,
+                                      scale_local_gradients=scale_local_gradients)

@@ -2,7 +2,8 @@
 single-process run over the concatenated batch (computed here with plain
 TensorFlow, no kolo): DistributedGradientTape eagerly and in tf.function,
 fp16 compression (close), the legacy tf.compat.v1 optimizer, Keras 3
-model.fit with DistributedOptimizer and the callbacks, and join() with
+model.fit with DistributedOptimizer and the callbacks, its
+backward_passes_per_step, PartialDistributedOptimizer, and join() with
 uneven steps. Run under kolorun (any -np)."""
 import os
 import sys
@@ -132,6 +133,98 @@ def test_keras_fit():
           f"vs {want}")
 
 
+def test_keras_accumulation(average):
+    """backward_passes_per_step=2: model.fit on N ranks equals one process
+    applying, per update, the sum (average_aggregated_gradients: the mean)
+    of the gradients of two consecutive global batches at the same weights.
+    Then the same optimizer class in an eager loop and a tf.function loop:
+    iterations counts every pass, the counter those since the last update."""
+    passes = 2
+    ds = tf.data.Dataset.from_tensor_slices((X, Y))
+    m = model(100)
+    opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=0.9), backward_passes_per_step=passes,
+                                    average_aggregated_gradients=average)
+    m.compile(optimizer=opt, loss="mse")
+    m.fit(ds.shard(N, R).batch(B), epochs=1, verbose=0)
+    ref = model(100)
+    ref_opt = keras.optimizers.SGD(LR, momentum=0.9)
+    for u in range(STEPS // passes):
+        total = None
+        for k in range(u * passes, (u + 1) * passes):
+            x, y = global_rows(k)
+            with tf.GradientTape() as tape:
+                loss = loss_of(ref, x, y)
+            g = tape.gradient(loss, ref.trainable_variables)
+            total = g if total is None else [a + b for a, b in zip(total, g)]
+        ref_opt.apply_gradients(zip([t / passes if average else t for t in total], ref.trainable_variables))
+    close(m, ref, 1e-5, f"keras backward_passes_per_step={passes} average={average}")
+    check(int(opt.iterations) == STEPS and int(opt._agg_helper.counter) == 0,
+          f"iterations {int(opt.iterations)}, counter {int(opt._agg_helper.counter)} after {STEPS} passes")
+    for traced in (False, True):
+        w = keras.Variable(np.zeros(2, np.float32))
+        sgd = hvdk.DistributedOptimizer(keras.optimizers.SGD(1.0), backward_passes_per_step=3,
+                                        average_aggregated_gradients=average)
+
+        def step(g):
+            sgd.apply([g], [w])
+        step = tf.function(step) if traced else step
+        # pass k on rank r: gradient (k + 1) * (r + 1); an update averages over the ranks
+        mean_r = (N + 1) / 2.0
+        for k in range(4):
+            step(tf.constant([(k + 1) * (R + 1.0), 1.0]))
+        summed = (1 + 2 + 3) * mean_r
+        want = -(summed / 3 if average else summed)
+        got = w.numpy()
+        check(abs(got[0] - want) < 1e-5 and int(sgd.iterations) == 4 and int(sgd._agg_helper.counter) == 1,
+              f"accumulation traced={traced}: w {got}, want {want}; iterations {int(sgd.iterations)}, "
+              f"counter {int(sgd._agg_helper.counter)}")
+
+
+XP = np.arange(3 * N, dtype=np.float32).reshape(N, 3) / 7.0  # rank r's one row: XP[r]
+
+
+def partial_model(r):
+    """Rank r's model of the partial tests: every weight r / 10 + 0.1."""
+    init = keras.initializers.Constant(r / 10.0 + 0.1)
+    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, kernel_initializer=init,
+                                                                   bias_initializer=init),
+                             keras.layers.Dense(3, kernel_initializer=init, bias_initializer=init)])
+
+
+def partial_loss(m, r, tape_of=lambda t: t):
+    """(tape, loss) of rank r's row on m; tape_of wraps the tape."""
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(m(XP[r:r + 1]) - 1.0))
+    return tape_of(tape), loss
+
+
+def partial_reference():
+    """Every rank's gradients, computed here with plain TF."""
+    every = []
+    for r in range(N):
+        m = partial_model(r)
+        tape, loss = partial_loss(m, r)
+        every.append([g.numpy() for g in tape.gradient(loss, m.trainable_variables)])
+    return every
+
+
+def test_partial_optimizer():
+    """PartialDistributedOptimizer: the local layers' gradients are this
+    rank's own divided by the size; the others' the average over the ranks
+    (plain SGD with rate 1: the weights move by minus the gradient)."""
+    every = partial_reference()
+    for local in (0, 1, 2):
+        m = partial_model(R)
+        before = [v.numpy() for v in m.trainable_variables]
+        opt = hvdk.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=m.layers[:local])
+        tape, loss = partial_loss(m, R)
+        opt.apply_gradients(zip(tape.gradient(loss, m.trainable_variables), m.trainable_variables))
+        for i, v in enumerate(m.trainable_variables):
+            want = every[R][i] / N if i < 2 * local else sum(e[i] for e in every) / N
+            check(np.max(np.abs(before[i] - v.numpy() - want)) < 1e-5,
+                  f"partial optimizer, {local} local layers, var {i}")
+
+
 def test_lr_callbacks():
     ds = tf.data.Dataset.from_tensor_slices((X, Y)).shard(N, R).batch(B)
     m = model(100)
@@ -172,28 +265,11 @@ def test_join():
 def test_partial_tape():
     """PartialDistributedGradientTape (and register_local_source): the local
     layers' gradients stay this rank's, divided by the size (Horovod's
-    scale_local_gradients); the others are the average over the ranks. Every
-    rank's gradients are computed here with plain TF (weights = its rank)."""
-    x = np.arange(3 * N, dtype=np.float32).reshape(N, 3) / 7.0
-
-    def make(r):
-        init = keras.initializers.Constant(r / 10.0 + 0.1)
-        return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, kernel_initializer=init,
-                                                                       bias_initializer=init),
-                                 keras.layers.Dense(3, kernel_initializer=init, bias_initializer=init)])
-
-    def grads_of(m, r, tape_of=lambda t: t):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.square(m(x[r:r + 1]) - 1.0))
-        return tape_of(tape), loss
-    every = []
-    for r in range(N):
-        m = make(r)
-        tape, loss = grads_of(m, r)
-        every.append([g.numpy() for g in tape.gradient(loss, m.trainable_variables)])
+    scale_local_gradients); the others are the average over the ranks."""
+    every = partial_reference()
     for local in (0, 1, 2):
-        m = make(R)
-        tape, loss = grads_of(m, R, lambda t: hvd.PartialDistributedGradientTape(
+        m = partial_model(R)
+        tape, loss = partial_loss(m, R, lambda t: hvd.PartialDistributedGradientTape(
             t, local_layers=m.layers[:local]))
         mine, others = tape.get_local_and_global_gradients(loss, m.trainable_variables)
         check(len(mine) == 2 * local and len(others) == 4 - 2 * local, f"partial tape split {local}")
@@ -240,6 +316,9 @@ test_tape(True, hvd.Compression.none, 1e-5)
 test_tape(True, hvd.Compression.fp16, 1e-2)
 test_legacy_optimizer()
 test_keras_fit()
+test_keras_accumulation(False)
+test_keras_accumulation(True)
+test_partial_optimizer()
 test_lr_callbacks()
 test_join()
 hvd.shutdown()

@@ -15,5 +15,5 @@ from kolo.tensorflow import (start_timeline, stop_timeline, mpi_threads_supporte
                              mpi_enabled, mpi_built, gloo_enabled, gloo_built, nccl_built,
                              ddl_built, ccl_built, cuda_built, rocm_built)
 from kolo.tensorflow.keras import callbacks, elastic  # noqa: F401
-from kolo.tensorflow.keras.optimizer import DistributedOptimizer  # noqa: F401
+from kolo.tensorflow.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 
