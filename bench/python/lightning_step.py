@@ -55,14 +55,35 @@ def worker(a):
             return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
 
     class Timer(pl.Callback):
+        """Each step's hook times: its start, before and after backward (DDP's
+        allreduces finish inside backward), before the optimizer's step, its end."""
+        HOOKS = ("start", "before_backward", "after_backward", "before_step", "end")
+
         def __init__(self):
-            self.starts = []
+            self.ticks = []
+
+        def _at(self, hook):
+            if hook == "start":
+                self.ticks.append({})
+            self.ticks[-1][hook] = time.perf_counter()
 
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            self.starts.append(time.perf_counter())
+            self._at("start")
+
+        def on_before_backward(self, trainer, module, loss):
+            self._at("before_backward")
+
+        def on_after_backward(self, trainer, module):
+            self._at("after_backward")
+
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            self._at("before_step")
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            self._at("end")
 
         def on_train_end(self, trainer, module):
-            self.starts.append(time.perf_counter())
+            self.ticks.append({"start": time.perf_counter()})
 
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
@@ -74,11 +95,16 @@ def worker(a):
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[timer])
     trainer.fit(Step(), torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True))
-    ticks = timer.starts[a.warmup:]
+    ticks = timer.ticks[a.warmup:]
     if trainer.is_global_zero:
         assert torch.distributed.get_backend() == a.backend, torch.distributed.get_backend()
-        step_ms = statistics.median(1000 * (t1 - t0) for t0, t1 in zip(ticks, ticks[1:]))
-        print(f"step_ms={step_ms:.2f} backend={a.backend} model={a.model} steps={len(ticks) - 1}", flush=True)
+        step_ms = statistics.median(1000 * (t1["start"] - t0["start"]) for t0, t1 in zip(ticks, ticks[1:]))
+        # phases of a step, ms: hook to hook, the last from the step's end to the next one's start
+        spans = list(zip(Timer.HOOKS, Timer.HOOKS[1:])) + [("end", "start")]
+        phases = [statistics.median(1000 * ((t1 if b == "start" else t0)[b] - t0[e])
+                                    for t0, t1 in zip(ticks, ticks[1:])) for e, b in spans]
+        print(f"step_ms={step_ms:.2f} backend={a.backend} model={a.model} steps={len(ticks) - 1} "
+              f"phases={','.join(f'{x:.2f}' for x in phases)}", flush=True)
 
 
 def main():
@@ -109,10 +135,10 @@ def main():
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--backend", backend, "--model", model,
                "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--data-dir", a.data_dir] if a.data_dir else [])
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        m = re.search(r"^step_ms=([\d.]+)", p.stdout, re.M)
+        m = re.search(r"^step_ms=([\d.]+) .* phases=([\d.,]+)", p.stdout, re.M)
         if p.returncode != 0 or not m:
             sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-6000:]}")
-        return float(m.group(1))
+        return float(m.group(1)), [float(x) for x in m.group(2).split(",")]
 
     say, lines = reporter()
     import pytorch_lightning
@@ -126,14 +152,26 @@ def main():
     say(f"# glibc malloc tunables (both alike): {tunables or 'none (glibc defaults)'}")
     say()
     say(f"{'model':5} {'gloo ms':>8} {'kolo ms':>8} {'gloo/kolo':>10}   runs ms (gloo | kolo)")
+    parts = {}
     for model in a.models.split(","):
         g, k = [], []
         for rep in range(a.reps):
             # Alternate which backend goes first: neither always meets a warmer or a busier machine.
             for backend in (("gloo", "kolo") if rep % 2 == 0 else ("kolo", "gloo")):
-                (g if backend == "gloo" else k).append(job(backend, model))
+                step, phases = job(backend, model)
+                (g if backend == "gloo" else k).append(step)
+                parts.setdefault((model, backend), []).append(phases)
         mg, mk = statistics.median(g), statistics.median(k)
         say(f"{model:5} {mg:8.1f} {mk:8.1f} {mg / mk:9.2f}x   {g} | {k}")
+    say()
+    say("# where a step's time goes, ms on rank 0 (medians over the runs of each run's median), hook to hook:")
+    say("#   fwd = batch start to before backward (training_step, zero_grad); bwd = backward, DDP's")
+    say("#   allreduces included; mid = after backward to before the optimizer's step; opt = the step")
+    say("#   and Lightning's after-step work to the batch's end; loop = to the next batch's start (data)")
+    say(f"{'model':5} {'backend':7} {'fwd':>7} {'bwd':>7} {'mid':>7} {'opt':>7} {'loop':>7}")
+    for (model, backend), runs in parts.items():
+        med = [statistics.median(r[i] for r in runs) for i in range(5)]
+        say(f"{model:5} {backend:7} " + " ".join(f"{x:7.1f}" for x in med))
     say(f"# step time in ms (lower is better); gloo/kolo > 1: kolo faster; load average at end: "
         f"{os.getloadavg()[0]:.2f}")
     save(lines, a.out)
