@@ -26,7 +26,7 @@ TESTS=(
   python3-matplotlib                                  # kolo-trace render, bench/charts.py
   python3-setuptools python3-wheel                    # pip install --no-build-isolation .
   debootstrap                                         # a bare Debian root for the wheel test
-  iproute2 util-linux iputils-ping openssh-server openssh-client iperf3  # emulated hosts
+  iproute2 util-linux iputils-ping openssh-server openssh-client iperf3 nftables  # emulated hosts
   munge slurmctld slurmd slurm-client                 # Slurm tests (two emulated nodes)
 )
 # What the documentation site needs (scripts/docs.sh): Sphinx with MyST Markdown

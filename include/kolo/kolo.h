@@ -82,6 +82,13 @@ struct Place {
 // GPU is present).
 bool cuda_built();
 
+// A TCP port free on this host now — inside KOLO_PORT_RANGE when that is set,
+// as every port kolo listens on — for a server a front starts itself (torch's
+// TCPStore in the "kolo" backend's rendezvous, Lightning's main address),
+// which binds it moments later. Throws kolo::Error naming the range when
+// every port of it is taken.
+int free_port();
+
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -56,6 +56,7 @@
 //     gpu_transport() -> "host"|"none"    how CUDA memory moves (kolo.h)
 //   cuda_built() -> bool                   kolo has its GPU parts
 //   fusion_threshold(default_bytes) -> int  KOLO_FUSION_THRESHOLD / HOROVOD_FUSION_THRESHOLD
+//   free_port() -> int                     a port free on this host, in KOLO_PORT_RANGE when set (kolo.h)
 //   class Reducer(comm, entries: list[(count, dtype, device, stream)], bucket_bytes,
 //                 first_bucket_bytes, op, prescale, postscale, wire (a dtype code: the
 //                 compressed dtype, or -1), passes, vote_each_step, timeline_category, what)
@@ -174,6 +175,7 @@ PYBIND11_MODULE(_C, m) {
         "category"_a, "name"_a, "begin_ns"_a, "end_ns"_a, "args_json"_a = "");
 
   m.def("fusion_threshold", [](std::int64_t d) { return kolo::fusion_threshold(cnt(d)); });
+  m.def("free_port", &kolo::free_port);
 
   using R = kolo::Reducer;
   using EntryTuple = std::tuple<std::int64_t, int, int, Ptr>;

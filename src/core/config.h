@@ -55,7 +55,9 @@ inline std::int64_t hier_segment_bytes() { return env_int("KOLO_HIER_SEGMENT", 4
 // routes to the store's host (transport/nic.h).
 inline std::string iface() { return env_str("KOLO_IFACE", ""); }
 // "lo-hi": the only ports kolo listens on (data connections, and the store
-// rank 0 hosts where kolo chooses the port); empty: any port.
+// rank 0 hosts where kolo chooses the port) and the ones its Python fronts
+// choose for servers they start (free_port: the "kolo" backend's stores,
+// Lightning's main address); empty: any port.
 struct PortRange {
   int lo = 0, hi = 0;  // 0, 0: any
 };

@@ -203,3 +203,16 @@ void set_nodelay(int fd) {
 }
 
 }  // namespace kolo::rdv
+
+namespace kolo {
+
+// kolo.h. The probe socket closes at once: it never accepted, so the port is
+// free for the caller's server to bind (a process that takes it in between
+// makes that bind fail loudly).
+int free_port() {
+  int port = 0;
+  rdv::listen_tcp("0.0.0.0", 0, &port);
+  return port;
+}
+
+}  // namespace kolo

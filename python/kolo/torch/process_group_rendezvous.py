@@ -38,11 +38,11 @@ _ADDR_BYTES = 512
 
 
 def _free_port():
-    """A port nobody listens on now. kolo's store binds it moments later: a
-    process that takes it in between makes kolo's init fail loudly, not hang."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    """A port nobody listens on now, inside KOLO_PORT_RANGE when that is set
+    (kolo.h's free_port: a cluster's firewall may admit only that range). The
+    server binds it moments later: a process that takes it in between makes
+    that fail loudly, not hang."""
+    return _C.free_port()
 
 
 def _put(variables):
@@ -148,7 +148,8 @@ def _kolo_env_rendezvous(url, timeout):
         if key in asked and asked[key] not in (-1, mine):
             raise ValueError(f"kolo rank {rank}: init_process_group({key}={asked[key]}) disagrees "
                              f"with the launcher, which gives {key} {mine}")
-    server = dist.TCPStore("0.0.0.0", 0, size, True, timeout, wait_for_workers=False) if rank == 0 else None
+    server = dist.TCPStore("0.0.0.0", _free_port(), size, True, timeout, wait_for_workers=False) \
+        if rank == 0 else None
     host, port = broadcast_endpoint(comm, server.port if server else 0)
     store = server or dist.TCPStore(host, port, size, False, timeout)
     yield store, rank, size
