@@ -1,10 +1,14 @@
 #include "rendezvous/hosts.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <string_view>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -23,23 +27,68 @@ std::string boot_id() {
   return id;
 }
 
-// A file in this host's /dev/shm that only ranks sharing it can open.
+constexpr const char* kShm = "/dev/shm/";  // where shm_open's names live (glibc, Linux)
+constexpr std::string_view kTokenTag = "-host-";
+constexpr std::size_t kTokenHex = 24;  // the random suffix's hex digits
+
+// "kolo-<job>-host-<24 hex digits>": a host token's name, nothing else's.
+bool is_token_name(std::string_view n) {
+  if (n.substr(0, 5) != "kolo-" || n.size() < 5 + kTokenTag.size() + kTokenHex) return false;
+  const std::string_view tail = n.substr(n.size() - kTokenHex - kTokenTag.size());
+  return tail.substr(0, kTokenTag.size()) == kTokenTag &&
+         std::all_of(tail.begin() + kTokenTag.size(), tail.end(), [](char c) { return std::isxdigit(c); });
+}
+
+// Removes the tokens of processes that died during discovery (SIGKILL skips
+// ~Token). A token's creator holds a shared flock on it from before it has
+// its name until it is unlinked, so a token that takes an exclusive lock has
+// no living creator, whatever pid namespace that creator was in.
+void sweep_orphan_tokens() {
+  DIR* d = opendir(kShm);
+  if (d == nullptr) return;
+  while (const dirent* e = readdir(d)) {
+    if (!is_token_name(e->d_name)) continue;
+    const std::string path = std::string(kShm) + e->d_name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(path.c_str());
+    close(fd);
+  }
+  closedir(d);
+}
+
+// A file in this host's /dev/shm that only ranks sharing it can open. It is
+// made under a hidden name, locked, then renamed, so that no sweep (above)
+// ever sees a token of a living process unlocked.
 class Token {
  public:
   explicit Token(const std::string& job_id) {
+    sweep_orphan_tokens();
     std::random_device rd;
-    name_ = fmt::format("/kolo-{}-host-{:08x}{:08x}{:08x}", job_id.empty() ? "job" : job_id, rd(), rd(), rd());
-    const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) fail("cannot create the host token {} in /dev/shm: {}", name_, errno_text(errno));
-    close(fd);
+    const std::string base =
+        fmt::format("kolo-{}{}{:08x}{:08x}{:08x}", job_id.empty() ? "job" : job_id, kTokenTag, rd(), rd(), rd());
+    const std::string hidden = std::string(kShm) + "." + base, path = std::string(kShm) + base;
+    fd_ = ::open(hidden.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd_ < 0) fail("cannot create the host token {} in /dev/shm: {}", base, errno_text(errno));
+    if (flock(fd_, LOCK_SH) != 0 || ::rename(hidden.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(hidden.c_str());
+      close(fd_);
+      fail("cannot create the host token {} in /dev/shm: {}", base, errno_text(err));
+    }
+    name_ = "/" + base;
   }
-  ~Token() { shm_unlink(name_.c_str()); }
+  ~Token() {
+    shm_unlink(name_.c_str());
+    close(fd_);  // drops the lock, after the name is gone
+  }
   Token(const Token&) = delete;
   Token& operator=(const Token&) = delete;
   const std::string& name() const { return name_; }
 
  private:
   std::string name_;
+  int fd_ = -1;
 };
 
 bool can_open(const std::string& token) {

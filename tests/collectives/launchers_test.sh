@@ -2,7 +2,8 @@
 # kolo::init() under each launcher's variables, set here by hand exactly as
 # that launcher would, with 3 processes and no kolorun; then under a real
 # mpirun. Each rank must report its own rank, the size, its local rank, and
-# the correct allreduce sum 1+2+3 = 6.
+# the correct allreduce sum 1+2+3 = 6. Last, a rank killed in host discovery:
+# the next job removes the host token it left.
 #   launchers_test.sh IDENTITY_BINARY
 set -u
 source "$(dirname "$0")/../private_shm.sh" "$@"  # a /dev/shm of its own (it checks all of it)
@@ -64,6 +65,21 @@ if command -v mpirun >/dev/null; then
 else
   echo "FAILED: mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; fail=1
 fi
+
+# A rank SIGKILLed while it waits in host discovery (its peers never come)
+# cannot remove its host token; the next job's discovery on this host does
+# (no launcher's job id names it, so no launcher could sweep it).
+port=$((port + 1))
+env $(torchrun_vars 0) KOLO_RENDEZVOUS_TIMEOUT_MS=30000 "$BIN" > /dev/null 2>&1 &
+lone=$!
+for _ in $(seq 300); do ls /dev/shm | grep -q -- '-host-' && break; sleep 0.1; done
+kill -9 "$lone"; wait "$lone" 2> /dev/null
+if ! ls /dev/shm | grep -q '^kolo-job-host-'; then
+  echo "FAILED: the lone rank made no host token to leave behind (the case did not happen)"; fail=1
+fi
+port=$((port + 1))
+run_ranks torchrun_vars; expect "the next job after a rank killed in host discovery"
+ls /dev/shm | grep -q -- '-host-' && { echo "FAILED: the killed rank's host token is still there"; fail=1; }
 
 ls /dev/shm | grep -q '^kolo-' && { echo "FAILED: shared memory segments left in /dev/shm:"; ls /dev/shm | grep '^kolo-'; fail=1; }
 exit $fail
