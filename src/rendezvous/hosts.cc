@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <string_view>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <string_view>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -36,7 +36,7 @@ bool is_token_name(std::string_view n) {
   if (n.substr(0, 5) != "kolo-" || n.size() < 5 + kTokenTag.size() + kTokenHex) return false;
   const std::string_view tail = n.substr(n.size() - kTokenHex - kTokenTag.size());
   return tail.substr(0, kTokenTag.size()) == kTokenTag &&
-         std::all_of(tail.begin() + kTokenTag.size(), tail.end(), [](char c) { return std::isxdigit(c); });
+         std::all_of(tail.begin() + kTokenTag.size(), tail.end(), [](unsigned char c) { return std::isxdigit(c) != 0; });
 }
 
 // Removes the tokens of processes that died during discovery (SIGKILL skips
