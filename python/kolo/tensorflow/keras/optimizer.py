@@ -107,10 +107,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
             def skip():
                 self.iterations.assign_add(1)
-            if tf.executing_eagerly():
-                update() if int(count) >= passes else skip()
-            else:
+            if not tf.executing_eagerly():
                 tf.cond(count >= passes, update, skip)
+            elif int(count) >= passes:
+                update()
+            else:
+                skip()
 
         def _kolo_variables(self, trainable_variables):
             if trainable_variables is not None:
