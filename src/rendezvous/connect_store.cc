@@ -180,7 +180,12 @@ std::unique_ptr<StoreClient> reach_store(const Discovery& d, HostedStore& hosted
       // At exit it is retired like the others (hosted_store.h).
       if (!named_store || named_store->port() != d.store_port) {
         named_store.reset();
-        named_store = host_store(d.rank, "0.0.0.0", d.store_port, key);
+        try {
+          named_store = host_store(d.rank, "0.0.0.0", d.store_port, key);
+        } catch (const Error& e) {
+          if (d.store_port_origin.empty()) throw;
+          throw Error(fmt::format("{} (port {} is {})", e.what(), d.store_port, d.store_port_origin));
+        }
       }
     }
     return std::make_unique<StoreClient>(d.store_host, d.store_port, timeout, key, identity(d));

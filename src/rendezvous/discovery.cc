@@ -112,6 +112,10 @@ void torchrun_store(const Env& env, Discovery& d) {
     if (port == 65535)
       fail("rendezvous: MASTER_PORT=65535 leaves no port for kolo's store (MASTER_PORT+1 under torchrun)");
     ++port;
+    d.store_port_origin =
+        "MASTER_PORT+1: kolo's store under torchrun, whose own store holds MASTER_PORT; choose a "
+        "MASTER_PORT whose next port is free, or call init_process_group(\"kolo\") first, which "
+        "publishes a free port through torch's store";
   }
   d.store_host = *var(env, "MASTER_ADDR");
   d.store_port = port;
@@ -218,6 +222,7 @@ Discovery discover(const Env& env) {
   //   mpirun -H a,b -x KOLO_STORE_ADDR=a:29500 ./train
   if (const std::string* addr = var(env, "KOLO_STORE_ADDR")) {
     parse_store_addr(*addr, d);
+    d.store_port_origin.clear();
     if (d.source == "kolo") d.rank0_hosts_store = false;
   }
   if (const std::string* secret = var(env, "KOLO_SECRET")) d.secret = *secret;

@@ -53,6 +53,7 @@ struct Discovery {
   std::string store_host;
   int store_port = 0;
   bool rank0_hosts_store = false;  // true unless kolorun hosts it
+  std::string store_port_origin;   // why this port, when kolo derived it (for errors)
   std::string job_id;              // unique per job where the launcher gives one
   std::string secret;              // KOLO_SECRET; empty: not given
   // Elastic (kolorun --min-np): KOLO_WORKER_ID instead of KOLO_RANK/KOLO_SIZE;

@@ -185,5 +185,20 @@ TEST(ConnectStore, LauncherHostedStoreWithoutAddressIsAnError) {
   EXPECT_NE(e.find("gave no address (KOLO_STORE_ADDR)"), std::string::npos) << e;
 }
 
+TEST(ConnectStore, TakenPortNextToTorchrunsSaysWhyKoloWantedIt) {
+  // Under a real torchrun kolo's store takes MASTER_PORT+1; when something
+  // else holds that port the error says where the number came from and what
+  // to do, not only "address already in use".
+  StoreServer holder("0.0.0.0", 0, test::key());
+  Discovery d = discover({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                          {"MASTER_PORT", std::to_string(holder.port() - 1)},
+                          {"TORCHELASTIC_RUN_ID", unique_job("taken")}});
+  HostedStore hosted;
+  const std::string e = error_of([&] { connect_store(d, hosted); });
+  EXPECT_NE(e.find(fmt::format("cannot listen on 0.0.0.0:{}", holder.port())), std::string::npos) << e;
+  EXPECT_NE(e.find("is MASTER_PORT+1: kolo's store under torchrun"), std::string::npos) << e;
+  EXPECT_NE(e.find("init_process_group(\"kolo\") first"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace kolo::rdv

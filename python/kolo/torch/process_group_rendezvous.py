@@ -6,10 +6,10 @@ Two ways in, both ending with one kolo communicator (kolo.basics, shared with
 1. torch's own rendezvous ran (``env://`` with MASTER_ADDR/MASTER_PORT,
    ``tcp://``, ``file://`` or an explicit ``store=``): torch's store exists
    and rank 0 hosts it. Under kolorun (KOLO_*; kolorun sets MASTER_ADDR and
-   MASTER_PORT too, on a port free on rank 0's host), real torchrun
-   (TORCHELASTIC_RUN_ID: kolo's store takes MASTER_PORT+1) or with
+   MASTER_PORT too, on a port free on rank 0's host) or with
    KOLO_STORE_ADDR, kolo's discovery already knows where its own store is.
-   Otherwise torch's TCPStore holds MASTER_PORT, so rank 0 picks a free port
+   Otherwise (real torchrun among them) torch's TCPStore holds MASTER_PORT,
+   so rank 0 picks a free port
    for kolo's store and announces it, with a random job secret, through
    torch's store; every rank then runs kolo's init with torchrun-style
    variables (RANK, WORLD_SIZE, KOLO_STORE_ADDR) set for that call only.
@@ -65,7 +65,14 @@ def _environment(changes):
 
 
 def _kolo_knows_its_store():
-    return any(os.environ.get(v) for v in ("KOLO_RANK", "KOLO_STORE_ADDR", "TORCHELASTIC_RUN_ID"))
+    """kolorun (or the user) named kolo's store. Under torchrun kolo's own
+    discovery would take MASTER_PORT+1, a port nobody reserved: when torchrun
+    picked MASTER_PORT (--standalone, its agents' store), MASTER_PORT+1 lies in
+    the ephemeral range, where the kernel hands even ports to outgoing
+    connections, and one of them may hold it. torch's store is at hand here,
+    so kolo's store goes on a port that was free, published through it, as
+    gloo and nccl publish their addresses."""
+    return any(os.environ.get(v) for v in ("KOLO_RANK", "KOLO_STORE_ADDR"))
 
 
 def _host_for_peers(published_host):
@@ -75,13 +82,18 @@ def _host_for_peers(published_host):
 
 
 def _init_through_torch_store(store, rank, size):
+    # torchrun's agents keep one store for all restart rounds (torch >= 2.4
+    # hands the workers the agents' own): a key per round, which rank 0
+    # deletes once every rank has read it, for a round that follows a change
+    # of members keeps the restart count.
+    key = f"{_STORE_KEY}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     if rank == 0:
         host = os.environ.get("MASTER_ADDR") or socket.gethostname()
         # The job's key is sent in the clear through torch's store, which is
         # no weaker than the key kolo would derive from public job facts.
         secret = os.environ.get("KOLO_SECRET") or secrets.token_hex(16)
-        store.set(_STORE_KEY, f"{host}/{socket.gethostname()} {_free_port()} {secret}")
-    published_host, port, secret = store.get(_STORE_KEY).decode().split()
+        store.set(key, f"{host}/{socket.gethostname()} {_free_port()} {secret}")
+    published_host, port, secret = store.get(key).decode().split()
     changes = {"RANK": str(rank), "WORLD_SIZE": str(size),
                "KOLO_STORE_ADDR": f"{_host_for_peers(published_host)}:{port}",
                "KOLO_SECRET": os.environ.get("KOLO_SECRET") or secret,
@@ -90,6 +102,8 @@ def _init_through_torch_store(store, rank, size):
                "LOCAL_RANK": None, "LOCAL_WORLD_SIZE": None}
     with _environment(changes):
         basics.init()
+    if rank == 0:  # init() returned: every rank reached kolo's store, so read the key
+        store.delete_key(key)
 
 
 def communicator_for(store, rank, size, global_ranks=(), name=""):
