@@ -70,8 +70,7 @@ Communicator init() {
 namespace elastic {
 
 bool enabled() {
-  const char* id = std::getenv("KOLO_WORKER_ID");
-  return id != nullptr && *id != '\0';
+  return !config::worker_id().empty();
 }
 
 int generation(const Communicator& comm) { return comm.ctx_ ? comm.ctx_->elastic_generation : -1; }

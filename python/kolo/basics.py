@@ -9,7 +9,7 @@ import atexit
 import os
 import threading
 
-from kolo import _C
+from kolo import _C, settings
 
 _comm = None
 
@@ -49,7 +49,7 @@ def _line_buffered_under_kolorun():
     """As kolo's C++ init does for C's stdout: under kolorun stdout is a pipe
     to its relay, so flush Python's by line and ranks' prints show up as made."""
     import sys
-    if "KOLO_RANK" in os.environ and hasattr(sys.stdout, "reconfigure") and not sys.stdout.isatty():
+    if settings.kolorun_var("KOLO_RANK") is not None and hasattr(sys.stdout, "reconfigure") and not sys.stdout.isatty():
         try:
             sys.stdout.reconfigure(line_buffering=True)
         except (ValueError, OSError):  # a replaced or closed stdout: leave it alone

@@ -14,10 +14,9 @@ re-forms (``shutdown()`` then ``init()``) and the state is synchronised again.
 """
 import ctypes
 import functools
-import os
 import pickle
 
-from kolo import _C, basics
+from kolo import _C, basics, settings
 
 KoloError = _C.Error
 # Horovod's name for a failed collective (kolo raises KoloError; also kolo.torch's).
@@ -172,8 +171,8 @@ def broadcast_object(obj, root_rank=0):
 def _reset_limit(reset_limit):
     """run_fn's argument, else KOLO_ELASTIC_RESET_LIMIT, else None (no limit)."""
     where = "reset_limit"
-    if reset_limit is None and os.environ.get("KOLO_ELASTIC_RESET_LIMIT", "") != "":
-        reset_limit, where = os.environ["KOLO_ELASTIC_RESET_LIMIT"], "KOLO_ELASTIC_RESET_LIMIT"
+    if reset_limit is None and settings.elastic_reset_limit() is not None:
+        reset_limit, where = settings.elastic_reset_limit(), "KOLO_ELASTIC_RESET_LIMIT"
         try:
             reset_limit = int(reset_limit)
         except ValueError:

@@ -34,7 +34,6 @@ carries the address of kolo's own store (kolo/torch/process_group_rendezvous.py)
 Needs ``pytorch_lightning`` (2.x); the unified ``lightning`` package keeps
 its own registry and classes and is not served by this module.
 """
-import os
 
 try:
     from lightning_fabric.plugins.environments import ClusterEnvironment
@@ -46,13 +45,13 @@ import torch
 from torch.distributed import ReduceOp
 
 import kolo.torch  # noqa: F401  registers the torch.distributed backend "kolo"
-from kolo import basics
+from kolo import basics, settings
 from kolo.torch.process_group_rendezvous import _free_port, broadcast_endpoint
 
 __all__ = ["KoloEnvironment", "KoloDDPStrategy"]
 
 def _int_var(name):
-    value = os.environ.get(name)
+    value = settings.kolorun_var(name)
     if not value:
         raise RuntimeError(f"kolo.lightning: {name} is not set; KoloEnvironment serves processes "
                            "started by kolorun, which sets it")
@@ -76,7 +75,7 @@ class KoloEnvironment(ClusterEnvironment):
     @staticmethod
     def detect():
         # kolo's discovery takes kolo's variables when either of these is set.
-        return bool(os.environ.get("KOLO_RANK") or os.environ.get("KOLO_SIZE"))
+        return settings.started_by_kolorun()
 
     def world_size(self):
         return _int_var("KOLO_SIZE")

@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,23 @@ std::int64_t env_int(const char* name, std::int64_t def) {
 std::string env_str(const char* name, const std::string& def) {
   const char* v = std::getenv(name);
   return (v == nullptr || *v == '\0') ? def : std::string(v);
+}
+
+bool is_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
+std::optional<std::string> env_var(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+std::vector<std::string> environment() {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) out.emplace_back(*e);
+  return out;
 }
 
 PortRange port_range() {

@@ -1,8 +1,11 @@
 // Every tunable of kolo, declared once: its environment variable, default and
 // meaning (NCCL's style). Values are read from the environment on first use.
+// The one place kolo's C++ reads the environment (tests/layout checks it):
+// the launchers' variables and what kolorun passes on are read here too.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,18 @@ namespace kolo::config {
 // Reads an integer variable; a value that does not parse is an error naming it.
 std::int64_t env_int(const char* name, std::int64_t def);
 std::string env_str(const char* name, const std::string& def);
+// Whether a variable is set to something (not unset, not empty).
+bool is_set(const char* name);
+
+// --- the environment as a whole ---------------------------------------------
+// A variable as it is, "" included; nullopt where unset (launchers'
+// variables, PATH, kolorun's -x NAME).
+std::optional<std::string> env_var(const std::string& name);
+// Every NAME=value of this process's environment: what discovery reads the
+// launcher's variables from, what kolorun passes on to ranks and agents.
+std::vector<std::string> environment();
+// KOLO_WORKER_ID: kolorun's name for an elastic worker (rendezvous/elastic.h).
+inline std::string worker_id() { return env_var("KOLO_WORKER_ID").value_or(""); }
 
 // --- transport -------------------------------------------------------------
 // "auto" (shared memory on one host; across hosts hierarchical, see KOLO_HIERARCHICAL), "shm" or "tcp".
@@ -54,6 +69,9 @@ inline std::int64_t hier_segment_bytes() { return env_int("KOLO_HIER_SEGMENT", 4
 // ("eth1") or a CIDR ("10.0.0.0/24") picks it; empty: the interface that
 // routes to the store's host (transport/nic.h).
 inline std::string iface() { return env_str("KOLO_IFACE", ""); }
+// kolorun's remote shell for -H/--hostfile when --rsh is not given (a command
+// line: "ssh -i key", a test's fake).
+inline std::string rsh() { return env_str("KOLO_RSH", "ssh"); }
 // "lo-hi": the only ports kolo listens on (data connections, and the store
 // rank 0 hosts where kolo chooses the port) and the ones its Python fronts
 // choose for servers they start (free_port: the "kolo" backend's stores,

@@ -5,10 +5,9 @@
 #include <climits>
 #include <cstdlib>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "rendezvous/slurm.h"
-
-extern char** environ;
 
 namespace kolo::rdv {
 
@@ -231,8 +230,7 @@ Discovery discover(const Env& env) {
 
 Env current_environment() {
   Env env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv(*e);
+  for (const std::string& kv : config::environment()) {
     const std::size_t eq = kv.find('=');
     if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
   }

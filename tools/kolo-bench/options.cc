@@ -9,6 +9,8 @@
 #include <map>
 #include <sstream>
 
+#include "core/config.h"
+
 namespace kolo_bench {
 
 namespace {
@@ -59,7 +61,7 @@ const std::map<std::string, std::vector<Coll>> kColls = {
 // otherwise cut rank 0 off before it spoke.
 bool is_rank0() {
   for (const char* v : {"KOLO_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* s = std::getenv(v)) return std::string(s) == "0";
+    if (const auto s = kolo::config::env_var(v)) return *s == "0";
   return true;
 }
 

@@ -44,8 +44,7 @@ int run_elastic(const Options& o) {
   // An elastic job re-forms instead of stopping, so it wants a lost host known
   // soon: the workers' peer timeout is 5 s unless set (KOLO_PEER_TIMEOUT_MS),
   // and kolorun declares a silent host lost 1 s after it (--host-timeout).
-  const char* peer_env = std::getenv("KOLO_PEER_TIMEOUT_MS");
-  const bool peer_set = peer_env != nullptr && *peer_env != '\0';
+  const bool peer_set = kolo::config::is_set("KOLO_PEER_TIMEOUT_MS");
   double silence_s = 0;
   std::string first_remote;
   try {

@@ -14,8 +14,6 @@
 
 #include "signals.h"
 
-extern char** environ;
-
 namespace kolorun {
 
 namespace {
@@ -47,7 +45,7 @@ bool run_script(const std::string& script, std::string& out, std::string& error)
     if (null >= 0) ::dup2(null, 0);
     ::dup2(fds[1], 1);
     char* argv[] = {const_cast<char*>(script.c_str()), nullptr};
-    ::execve(script.c_str(), argv, environ);
+    ::execv(script.c_str(), argv);  // with kolorun's environment
     std::fprintf(stderr, "kolorun: cannot run the host discovery script %s: %s\n", script.c_str(),
                  std::strerror(errno));
     ::_exit(127);

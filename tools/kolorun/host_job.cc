@@ -20,9 +20,8 @@
 #include "relay.h"
 #include "say.h"
 #include "signals.h"
+#include "core/config.h"
 #include "torchrun_env.h"
-
-extern char** environ;
 
 namespace kolorun {
 
@@ -183,7 +182,7 @@ void HostJob::start(const AgentLaunch& l, bool hold) {
   spec.rank = -1;
   spec.path = l.path;
   spec.argv = l.argv;
-  for (char** e = environ; *e != nullptr; ++e) spec.env.emplace_back(*e);
+  spec.env = kolo::config::environment();
   spec.stdin_pipe = true;
   // This host's agent outlives a SIGKILLed kolorun just long enough to kill
   // its ranks' process groups (what the ranks started too), as a remote

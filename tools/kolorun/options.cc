@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/config.h"
 #include "say.h"
 
 namespace kolorun {
@@ -293,12 +294,10 @@ ParseResult parse_options(int argc, char** argv) {
     return {std::nullopt, 2};
   }
   if (app.count("--rsh") == 0) {
-    const char* env_rsh = std::getenv("KOLO_RSH");
-    o.rsh = env_rsh != nullptr && *env_rsh != '\0' ? env_rsh : "ssh";
+    o.rsh = kolo::config::rsh();
   }
   if (app.count("--network-interface") == 0) {
-    const char* env_iface = std::getenv("KOLO_IFACE");
-    if (env_iface != nullptr) o.network_interface = env_iface;
+    o.network_interface = kolo::config::iface();
   }
   for (const auto& x : exports) {
     const auto eq = x.find('=');
@@ -310,8 +309,8 @@ ParseResult parse_options(int argc, char** argv) {
     }
     if (eq != std::string::npos) {
       o.env.push_back(x);
-    } else if (const char* v = std::getenv(name.c_str())) {
-      o.env.push_back(name + "=" + v);
+    } else if (const auto v = kolo::config::env_var(name)) {
+      o.env.push_back(name + "=" + *v);
     } else {
       usage_error(fmt::format("-x {}: {} is not set in kolorun's environment (use -x {}=value)", name, name, name));
       return {std::nullopt, 2};

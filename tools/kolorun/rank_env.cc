@@ -10,9 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/config.h"
 #include "torchrun_env.h"
-
-extern char** environ;
 
 namespace kolorun {
 
@@ -77,8 +76,7 @@ std::vector<std::string> kolo_settings() {
                                                      "KOLO_SECRET",     "KOLO_HOSTNAME",
                                                      "KOLO_WORKER_ID", "KOLO_ELASTIC_TIMEOUT_MS"};
   std::vector<std::string> out;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv = *e;
+  for (const std::string& kv : kolo::config::environment()) {
     const auto eq = kv.find('=');
     if (kv.rfind("KOLO_", 0) == 0 && eq != std::string::npos && !not_forwarded.count(kv.substr(0, eq)))
       out.push_back(kv);
@@ -88,8 +86,7 @@ std::vector<std::string> kolo_settings() {
 
 std::vector<std::string> environment_with(const std::vector<std::string>& overrides) {
   std::map<std::string, std::string> vars;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv = *e;
+  for (const std::string& kv : kolo::config::environment()) {
     const auto eq = kv.find('=');
     if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
   }

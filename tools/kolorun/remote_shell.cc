@@ -13,9 +13,8 @@
 #include <stdexcept>
 
 #include "signals.h"
+#include "core/config.h"
 #include "spawn.h"
-
-extern char** environ;
 
 namespace kolorun {
 
@@ -117,7 +116,7 @@ std::vector<std::string> check_hosts(const RemoteShell& rsh, const std::vector<s
     spec.path = exe;
     spec.argv = p.argv;
 
-    for (char** e = environ; *e != nullptr; ++e) spec.env.emplace_back(*e);
+    spec.env = kolo::config::environment();
     p.proc = spawn_rank(spec);
     // One pipe for both: ssh's message may come on either stream.
     probes.push_back(std::move(p));

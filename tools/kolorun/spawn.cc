@@ -12,6 +12,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "core/config.h"
+
 namespace kolorun {
 
 namespace {
@@ -90,8 +92,7 @@ std::string resolve_executable(const std::string& cmd) {
     if (int err = check_executable(cmd)) throw ExecError(exec_error_text(cmd, err));
     return cmd;
   }
-  const char* env_path = std::getenv("PATH");
-  std::string path_list = env_path != nullptr ? env_path : "/usr/local/bin:/usr/bin:/bin";
+  const std::string path_list = kolo::config::env_var("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
   // As execvp: a match that is not executable is remembered (EACCES) but the
   // search goes on; ENOENT only when nothing of that name exists anywhere.
   int first_err = ENOENT;

@@ -21,9 +21,7 @@ Two ways in, both ending with one kolo communicator (kolo.basics, shared with
    torch gets that store. This applies to any backend (a gloo group can be
    started this way too, at the cost of a kolo communicator).
 """
-import contextlib
 import importlib
-import os
 import secrets
 import socket
 
@@ -31,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
-from kolo import _C, basics
+from kolo import _C, basics, settings
 
 _STORE_KEY = "kolo/process_group/store"
 _ADDR_BYTES = 512
@@ -45,25 +43,6 @@ def _free_port():
     return _C.free_port()
 
 
-def _put(variables):
-    for k, v in variables.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-@contextlib.contextmanager
-def _environment(changes):
-    """Sets (value) or removes (None) variables for the duration of the block."""
-    saved = {k: os.environ.get(k) for k in changes}
-    try:
-        _put(changes)
-        yield
-    finally:
-        _put(saved)
-
-
 def _kolo_knows_its_store():
     """kolorun (or the user) named kolo's store. Under torchrun kolo's own
     discovery would take MASTER_PORT+1, a port nobody reserved: when torchrun
@@ -72,7 +51,7 @@ def _kolo_knows_its_store():
     connections, and one of them may hold it. torch's store is at hand here,
     so kolo's store goes on a port that was free, published through it, as
     gloo and nccl publish their addresses."""
-    return any(os.environ.get(v) for v in ("KOLO_RANK", "KOLO_STORE_ADDR"))
+    return settings.store_named()
 
 
 def _host_for_peers(published_host):
@@ -86,21 +65,21 @@ def _init_through_torch_store(store, rank, size):
     # hands the workers the agents' own): a key per round, which rank 0
     # deletes once every rank has read it, for a round that follows a change
     # of members keeps the restart count.
-    key = f"{_STORE_KEY}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    key = f"{_STORE_KEY}/{settings.torchelastic_restart_count()}"
     if rank == 0:
-        host = os.environ.get("MASTER_ADDR") or socket.gethostname()
+        host = settings.master_addr() or socket.gethostname()
         # The job's key is sent in the clear through torch's store, which is
         # no weaker than the key kolo would derive from public job facts.
-        secret = os.environ.get("KOLO_SECRET") or secrets.token_hex(16)
+        secret = settings.secret() or secrets.token_hex(16)
         store.set(key, f"{host}/{socket.gethostname()} {_free_port()} {secret}")
     published_host, port, secret = store.get(key).decode().split()
     changes = {"RANK": str(rank), "WORLD_SIZE": str(size),
                "KOLO_STORE_ADDR": f"{_host_for_peers(published_host)}:{port}",
-               "KOLO_SECRET": os.environ.get("KOLO_SECRET") or secret,
+               "KOLO_SECRET": settings.secret() or secret,
                # kolo finds the ranks that share a host itself; a partial pair
                # (LOCAL_RANK without LOCAL_WORLD_SIZE) would be an error there.
                "LOCAL_RANK": None, "LOCAL_WORLD_SIZE": None}
-    with _environment(changes):
+    with settings.changed(changes):
         basics.init()
     if rank == 0:  # init() returned: every rank reached kolo's store, so read the key
         store.delete_key(key)
@@ -179,11 +158,11 @@ def _port_taken_explained(rendezvous):
     try:
         first = next(rendezvous)
     except RuntimeError as e:
-        if not os.environ.get("KOLO_RANK") or "address already in use" not in str(e).lower():
+        if not settings.kolorun_var("KOLO_RANK") or "address already in use" not in str(e).lower():
             raise
         raise RuntimeError(
-            f"kolo rank {os.environ['KOLO_RANK']}: torch's store cannot listen on MASTER_PORT="
-            f"{os.environ.get('MASTER_PORT')}, which kolorun found free on this host: another process took it, "
+            f"kolo rank {settings.kolorun_var('KOLO_RANK')}: torch's store cannot listen on MASTER_PORT="
+            f"{settings.master_port()}, which kolorun found free on this host: another process took it, "
             "most likely a second process with this rank — does the program start its own workers under "
             "kolorun (torch.multiprocessing.spawn, Lightning's strategy \"ddp_spawn\")? Let kolorun start "
             f"every rank: in Lightning, strategy \"ddp\" or \"ddp_kolo\" ({e})") from e
@@ -200,7 +179,7 @@ def install_env_handler():
     torch_env = handlers["env"]
 
     def env_handler(url, timeout=default_pg_timeout, **kwargs):
-        if os.environ.get("MASTER_ADDR") or os.environ.get("MASTER_PORT"):
+        if settings.master_addr() or settings.master_port():
             return _port_taken_explained(torch_env(url, timeout=timeout, **kwargs))
         return _kolo_env_rendezvous(url, timeout)
 
