@@ -4,8 +4,8 @@
 #include "collectives/backend.h"
 #include "collectives/hier_algorithms.h"
 #include "collectives/select.h"
-#include "engine/timeline.h"
 #include "rendezvous/hosts.h"
+#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 

@@ -2,7 +2,7 @@
 #include "collectives/backend.h"
 #include "collectives/select.h"
 #include "collectives/shm_algorithms.h"
-#include "engine/timeline.h"
+#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 

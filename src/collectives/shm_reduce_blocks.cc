@@ -1,6 +1,6 @@
 #include "collectives/shm_algorithms.h"
-#include "engine/timeline.h"
 #include "kernels/reduce.h"
+#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 

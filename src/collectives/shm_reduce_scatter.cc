@@ -1,7 +1,7 @@
 #include "collectives/backend.h"
 #include "collectives/shm_algorithms.h"
-#include "engine/timeline.h"
 #include "kernels/reduce.h"
+#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 

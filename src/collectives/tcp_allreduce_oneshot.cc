@@ -2,8 +2,8 @@
 
 #include "collectives/backend.h"
 #include "collectives/tcp_algorithms.h"
-#include "engine/timeline.h"
 #include "kernels/reduce.h"
+#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 

@@ -4,7 +4,7 @@
 #include "collectives/backend.h"
 #include "collectives/select.h"
 #include "collectives/tcp_algorithms.h"
-#include "engine/timeline.h"
+#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 

@@ -6,8 +6,8 @@
 
 #include "collectives/tcp_algorithms.h"
 #include "core/config.h"
-#include "engine/timeline.h"
 #include "kernels/reduce.h"
+#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 

@@ -39,9 +39,9 @@
 #include "core/rejected.h"
 #include "engine/engine.h"
 #include "engine/named_channel.h"
-#include "engine/timeline.h"
 #include "rendezvous/hosted_store.h"
 #include "rendezvous/store.h"
+#include "timeline/recorder.h"
 #include "transport/gpu.h"
 
 namespace kolo::detail {
@@ -85,7 +85,7 @@ struct Context {
   // How the timeline names this communicator (made on its first recorded collective).
   std::shared_ptr<const timeline::CommInfo> timeline_comm;
   // Set while the timeline session started on this communicator runs: its
-  // destructor ends the session (engine/timeline.h). Declared after the store
+  // destructor ends the session (timeline/recorder.h). Declared after the store
   // and before the engine: it runs when every queued collective has finished,
   // while the store rank 0 may host is still up.
   std::unique_ptr<timeline::Attachment> timeline;

@@ -1,6 +1,6 @@
-// The recorder's buffers and kolo::timeline's public calls (timeline.h says
-// why it is built this way; the file and the merge are timeline_writer.cc's).
-#include "engine/timeline.h"
+// kolo::timeline's public calls and what the recorder (timeline/recorder.h)
+// needs of a communicator; the file and the merge are timeline_writer.cc's.
+#include "timeline/recorder.h"
 
 #include <mutex>
 #include <utility>
@@ -10,72 +10,12 @@
 
 namespace kolo::detail::timeline {
 
-std::atomic<bool> recording{false};
-
 namespace {
 
-// One per thread that ever recorded. The registry keeps a buffer after its
-// thread exits, until the writer has taken its events.
-struct Buffer {
-  std::mutex mu;
-  std::vector<Event> events;
-  int thread = 0;
-  std::atomic<bool> orphan{false};
-};
-
-struct Registry {
-  std::mutex mu;
-  std::vector<std::shared_ptr<Buffer>> buffers;
-  int threads = 0;
-};
-
-Registry& registry() {
-  static Registry* r = new Registry;  // never destroyed: threads may record during exit
-  return *r;
-}
-
-// Registers this thread's buffer on first use; marks it orphan at thread exit.
-struct Holder {
-  std::shared_ptr<Buffer> b;
-  Buffer& get() {
-    if (!b) {
-      b = std::make_shared<Buffer>();
-      auto& r = registry();
-      std::lock_guard lk(r.mu);
-      b->thread = r.threads++;
-      r.buffers.push_back(b);
-    }
-    return *b;
-  }
-  ~Holder() {
-    if (b) b->orphan = true;
-  }
-};
-
-thread_local Holder holder;
 thread_local std::string next_name;  // name_next()'s, for the next collective issued here
-
-std::mutex comm_mu;  // makes each Context's CommInfo once
+std::mutex comm_mu;                  // makes each Context's CommInfo once
 
 }  // namespace
-
-void record(Event&& e) {
-  Buffer& b = holder.get();
-  e.thread = b.thread;
-  std::lock_guard lk(b.mu);
-  b.events.push_back(std::move(e));
-}
-
-void take_events(std::vector<Event>& out) {
-  auto& r = registry();
-  std::lock_guard lk(r.mu);
-  for (auto& b : r.buffers) {
-    std::lock_guard blk(b->mu);
-    for (auto& e : b->events) out.push_back(std::move(e));
-    b->events.clear();
-  }
-  std::erase_if(r.buffers, [](const std::shared_ptr<Buffer>& b) { return b->orphan && b->events.empty(); });
-}
 
 void Trace::arm(Context& c, std::size_t bytes) {
   ev_ = std::make_shared<Event>();

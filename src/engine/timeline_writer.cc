@@ -41,7 +41,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/context.h"
-#include "engine/timeline.h"
+#include "timeline/recorder.h"
 
 namespace kolo::detail::timeline {
 

@@ -80,7 +80,7 @@ class StoreClient {
   // True when all keys exist (does not wait).
   bool check(const std::vector<std::string>& keys);
   // The store host's clock (system_clock, ns since the epoch), for aligning
-  // ranks' clocks (engine/timeline.h).
+  // ranks' clocks (timeline/recorder.h).
   std::int64_t server_clock_ns();
 
   // The local IP address of this connection: an address of this host that

@@ -25,7 +25,7 @@ inline constexpr std::size_t kPrefixBytes = 8;
 inline constexpr std::uint64_t kMaxBodyBytes = 64ull << 20;
 
 // Time: the server's clock (system_clock, ns since the epoch) in number; ranks
-// align their timeline clocks with it (engine/timeline.h).
+// align their timeline clocks with it (timeline/recorder.h).
 enum class Op : std::uint8_t { Set = 1, Get = 2, Add = 3, Wait = 4, Check = 5, Time = 6 };
 enum class Status : std::uint8_t { Ok = 0, Timeout = 1, Error = 2 };
 

@@ -1,5 +1,8 @@
 // The timeline recorder: what each rank did, collective by collective, for a
-// Chrome-trace file (kolo.h's kolo::timeline; the file is timeline_writer.cc's).
+// Chrome-trace file (kolo.h's kolo::timeline; the file, the merge across ranks
+// and the report are engine/timeline_writer.cc's, above the communicator). It
+// sits below the transports and collectives that record into it, and includes
+// nothing above the kernels.
 //
 // Recording must not slow the job it watches, and must cost nothing while
 // off. So:
