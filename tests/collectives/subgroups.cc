@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/error_of.h"
 #include "kolo/kolo.h"
 
 namespace {
@@ -177,16 +178,7 @@ void groups(kolo::Communicator& world, const std::vector<std::string>& host_of) 
   world_check(world, "after the groups");
 }
 
-// Runs f and returns the kolo::Error's text ("" if none).
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const kolo::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kolo::test::error_of;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

@@ -48,6 +48,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../common/error_of.h"
 #include "kolo/kolo.h"
 
 namespace {
@@ -61,18 +62,7 @@ using kolo::Op;
 constexpr std::size_t kNegOne = static_cast<std::size_t>(-1);
 constexpr std::size_t kMaxBytes = std::numeric_limits<std::int64_t>::max();
 
-// The text of the kolo::Error f throws; "(no error)" or the foreign type otherwise.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kolo::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("(not a kolo::Error) ") + e.what();
-  }
-  return "(no error)";
-}
+using kolo::test::error_of;
 
 class BadInput : public testing::Test {
  protected:

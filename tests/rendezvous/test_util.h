@@ -10,22 +10,13 @@
 #include <optional>
 #include <string>
 
+#include "../common/error_of.h"
 #include "kolo/kolo.h"
 #include "rendezvous/auth.h"
 
 namespace kolo::rdv::test {
 
-// The text of the kolo::Error that f throws; a test failure when it throws none.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kolo::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kolo::Error";
-  return "";
-}
+using kolo::test::error_of;
 
 // The job key the store tests' servers and clients share.
 inline const auth::Key& key() {

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../common/error_of.h"
 #include "core/error.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_protocol.h"
@@ -25,16 +26,7 @@ using sectest::job_key;
 using sectest::other_key;
 using sectest::Raw;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kolo::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kolo::Error";
-  return "";
-}
+using kolo::test::error_of;
 
 class StoreAuth : public ::testing::Test {
  protected:
