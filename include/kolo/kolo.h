@@ -89,6 +89,13 @@ bool cuda_built();
 // every port of it is taken.
 int free_port();
 
+// This host's address on the interface KOLO_IFACE names (an interface name
+// or an IPv4 CIDR), the one kolo advertises for its data connections; "" when
+// KOLO_IFACE is unset. For a server a front starts itself, so its peers reach
+// it where they reach kolo. Throws kolo::Error listing this host's interfaces
+// when KOLO_IFACE matches none of them.
+std::string iface_address();
+
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -57,6 +57,7 @@
 //   cuda_built() -> bool                   kolo has its GPU parts
 //   fusion_threshold(default_bytes) -> int  KOLO_FUSION_THRESHOLD / HOROVOD_FUSION_THRESHOLD
 //   free_port() -> int                     a port free on this host, in KOLO_PORT_RANGE when set (kolo.h)
+//   iface_address() -> str                 this host's address on KOLO_IFACE's interface; "" when unset (kolo.h)
 //   class Reducer(comm, entries: list[(count, dtype, device, stream)], bucket_bytes,
 //                 first_bucket_bytes, op, prescale, postscale, wire (a dtype code: the
 //                 compressed dtype, or -1), passes, vote_each_step, timeline_category, what)
@@ -176,6 +177,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("fusion_threshold", [](std::int64_t d) { return kolo::fusion_threshold(cnt(d)); });
   m.def("free_port", &kolo::free_port);
+  m.def("iface_address", &kolo::iface_address);
 
   using R = kolo::Reducer;
   using EntryTuple = std::tuple<std::int64_t, int, int, Ptr>;

@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "rendezvous/hosts.h"
 
 namespace kolo::transport {
 
@@ -144,3 +145,13 @@ std::string choose_address(const std::vector<std::string>& routes, int rank, con
 }
 
 }  // namespace kolo::transport
+
+namespace kolo {
+
+// kolo.h.
+std::string iface_address() {
+  const std::string want = config::iface();
+  return want.empty() ? "" : transport::from_setting(want, rdv::host_name());
+}
+
+}  // namespace kolo

@@ -30,3 +30,19 @@ def test_shutdown_init_with_torchrun_variables():
     results = run_torchrun_style(np, [sys.executable, worker, "usable"], local=True)
     for r, (code, out) in enumerate(results):
         assert code == 0 and f"errors rank {r} of {np}" in out, f"rank {r}:\n{out[-4000:]}"
+
+
+def test_iface_address_is_kolos_interface_choice(monkeypatch):
+    """kolo._C.iface_address(): the address KOLO_IFACE picks, which the "kolo"
+    backend announces for its store under torch's rendezvous; a name that
+    matches nothing is an error listing this host's interfaces."""
+    from kolo import _C
+    monkeypatch.delenv("KOLO_IFACE", raising=False)
+    assert _C.iface_address() == ""
+    for setting in ("lo", "127.0.0.0/8"):
+        monkeypatch.setenv("KOLO_IFACE", setting)
+        assert _C.iface_address() == "127.0.0.1", setting
+    monkeypatch.setenv("KOLO_IFACE", "kolo-no-such0")
+    with pytest.raises(_C.Error, match=r"KOLO_IFACE=kolo-no-such0: host .* has no interface of that name.*"
+                                       r"its interfaces: .*lo 127\.0\.0\.1"):
+        _C.iface_address()

@@ -10,7 +10,8 @@ Two ways in, both ending with one kolo communicator (kolo.basics, shared with
    KOLO_STORE_ADDR, kolo's discovery already knows where its own store is.
    Otherwise (real torchrun among them) torch's TCPStore holds MASTER_PORT,
    so rank 0 picks a free port
-   for kolo's store and announces it, with a random job secret, through
+   for kolo's store and announces it (at its KOLO_IFACE address when that
+   is set, else MASTER_ADDR), with a random job secret, through
    torch's store; every rank then runs kolo's init with torchrun-style
    variables (RANK, WORLD_SIZE, KOLO_STORE_ADDR) set for that call only.
 2. ``env://`` without MASTER_ADDR and MASTER_PORT — under mpirun, srun, or
@@ -67,7 +68,8 @@ def _init_through_torch_store(store, rank, size):
     # of members keeps the restart count.
     key = f"{_STORE_KEY}/{settings.torchelastic_restart_count()}"
     if rank == 0:
-        host = settings.master_addr() or socket.gethostname()
+        # Where the peers reach kolo (KOLO_IFACE), else where they reach torch.
+        host = _C.iface_address() or settings.master_addr() or socket.gethostname()
         # The job's key is sent in the clear through torch's store, which is
         # no weaker than the key kolo would derive from public job facts.
         secret = settings.secret() or secrets.token_hex(16)
