@@ -9,11 +9,11 @@ Two ways in, both ending with one kolo communicator (kolo.basics, shared with
    MASTER_PORT too, on a port free on rank 0's host) or with
    KOLO_STORE_ADDR, kolo's discovery already knows where its own store is.
    Otherwise (real torchrun among them) torch's TCPStore holds MASTER_PORT,
-   so rank 0 picks a free port
-   for kolo's store and announces it (at its KOLO_IFACE address when that
-   is set, else MASTER_ADDR), with a random job secret, through
-   torch's store; every rank then runs kolo's init with torchrun-style
-   variables (RANK, WORLD_SIZE, KOLO_STORE_ADDR) set for that call only.
+   so rank 0 picks a free port for kolo's store and announces it (at its
+   KOLO_IFACE address when that is set, else MASTER_ADDR), with a random job
+   secret, through torch's store; every rank then runs kolo's init with
+   torchrun-style variables (RANK, WORLD_SIZE, KOLO_STORE_ADDR) set for that
+   call only.
 2. ``env://`` without MASTER_ADDR and MASTER_PORT — under mpirun, srun, or
    one plain process — where torch's handler would stop with
    "environment variable MASTER_ADDR expected". ``install_env_handler()``
