@@ -25,10 +25,7 @@ std::string env_str(const char* name, const std::string& def) {
   return (v == nullptr || *v == '\0') ? def : std::string(v);
 }
 
-bool is_set(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0';
-}
+bool is_set(const char* name) { return !env_str(name, "").empty(); }
 
 std::optional<std::string> env_var(const std::string& name) {
   const char* v = std::getenv(name.c_str());
