@@ -1,5 +1,5 @@
 // libFuzzer target: the authentication handshake of store and data
-// connections (rendezvous/auth.h), the only bytes kolo reads from a peer
+// connections (net/auth.h), the only bytes kolo reads from a peer
 // before it has proved it holds the job's key. The input is taken as
 //   challenge (48 bytes) | answer (88 bytes) | verdict (48 bytes)
 // (shorter inputs: whatever pieces there are, at any length), and fed to
@@ -17,7 +17,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 namespace auth = kolo::auth;
 

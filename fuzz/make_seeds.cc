@@ -5,7 +5,7 @@
 #include <fstream>
 #include <string>
 
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 #include "rendezvous/store_protocol.h"
 
 namespace proto = kolo::rdv::proto;

@@ -21,7 +21,7 @@ targets=("$@")
 
 # Sources and input size limit of each target. A handshake is 184 bytes at
 # most; store messages are capped well below what a seed needs to grow into.
-declare -A sources=([store_protocol]="src/rendezvous/store_protocol.cc" [handshake]="src/rendezvous/auth.cc")
+declare -A sources=([store_protocol]="src/rendezvous/store_protocol.cc src/net/codec.cc" [handshake]="src/net/auth.cc")
 declare -A max_len=([store_protocol]=2048 [handshake]=256)
 
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I"$root/include" -I"$root/src")
@@ -43,7 +43,7 @@ done
 # Seeds (valid messages of every kind, written by the real encoders) where
 # the corpus is missing; it is committed.
 if [ ! -d fuzz/corpus/store_protocol ] || [ ! -d fuzz/corpus/handshake ]; then
-  $cxx "${flags[@]}" fuzz/make_seeds.cc src/rendezvous/auth.cc src/rendezvous/store_protocol.cc \
+  $cxx "${flags[@]}" fuzz/make_seeds.cc src/net/auth.cc src/rendezvous/store_protocol.cc src/net/codec.cc \
     -o "$build/make_seeds" "${libs[@]}" || { echo "fuzz: cannot build make_seeds"; exit 2; }
   mkdir -p fuzz/corpus/store_protocol fuzz/corpus/handshake
   "$build/make_seeds" fuzz/corpus/store_protocol fuzz/corpus/handshake

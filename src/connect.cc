@@ -9,7 +9,7 @@
 #include "core/log.h"
 #include "rendezvous/hosts.h"
 #include "rendezvous/settings_check.h"
-#include "transport/nic.h"
+#include "net/nic.h"
 
 namespace kolo::detail {
 
@@ -46,7 +46,7 @@ void connect(Context& c) {
   // Kept in the context: a collective every rank rejected rebuilds the
   // backend in a new key space (engine/context.h).
   std::string address;
-  if (kind != Shm) address = transport::choose_address(hosts.routes, c.rank, hosts.names[host]);
+  if (kind != Shm) address = net::choose_address(hosts.routes, c.rank, hosts.names[host]);
   transport::Members members{{}, {}, c.world};
   if (!one_host && kind == Tcp)
     for (int q = 0; q < c.size; ++q) members.hosts.push_back(hosts.host_name_of(q));
@@ -65,3 +65,10 @@ void connect(Context& c) {
 }
 
 }  // namespace kolo::detail
+
+namespace kolo {
+
+// kolo.h.
+std::string iface_address() { return net::iface_address(rdv::host_name()); }
+
+}  // namespace kolo

@@ -26,7 +26,7 @@
 #include <memory>
 #include <optional>
 
-#include "core/error.h"
+#include "data_error.h"
 #include "data_cache_format.h"
 #include "data_cache_writer.h"
 
@@ -176,7 +176,7 @@ BuildResult build_cache(Communicator& comm, const std::string& path, const Cache
   comm.allgather(&digest, digests.data(), 1, DType::I64);
   for (int r = 0; r < size; ++r)
     if (digests[static_cast<std::size_t>(r)] != digests[0])
-      fail_as<Error>("build_cache('{}'): rank {}'s cache spec differs from rank 0's (every rank must pass the "
+      fail("build_cache('{}'): rank {}'s cache spec differs from rank 0's (every rank must pass the "
                      "same samples, transform, inputs, dtype and shape)",
                      path, r);
 
@@ -196,8 +196,8 @@ BuildResult build_cache(Communicator& comm, const std::string& path, const Cache
   broadcast_verdict(comm, v);
   BuildResult result;
   if (v.kind == Verdict::Refuse) {
-    if (rank == 0) fail_as<Error>("{}", unprefixed(v.text));
-    fail_as<Error>("build_cache: rank 0 refused: {}", unprefixed(v.text));
+    if (rank == 0) fail("{}", unprefixed(v.text));
+    fail("build_cache: rank 0 refused: {}", unprefixed(v.text));
   }
   if (v.kind == Verdict::Reuse) {
     if (rank == 0 && options.progress) std::printf("preprocess %s: reusing the cache (up to date)\n", path.c_str());
@@ -234,7 +234,7 @@ BuildResult build_cache(Communicator& comm, const std::string& path, const Cache
     writer.reset();  // no file left behind
     std::size_t first = 0, at = 0;
     while (lengths[first] == 0) at += lengths[first++];
-    fail_as<Error>("build of the cache '{}' failed on rank {}: {}", path, first,
+    fail("build of the cache '{}' failed on rank {}: {}", path, first,
                    unprefixed(texts.substr(at, lengths[first])));
   };
   for (std::uint64_t start = 0; start < n; start += round) {

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <utility>
 
-#include "core/error.h"
+#include "data_error.h"
 #include "data_cache_format.h"
 
 namespace kolo::data {
@@ -63,12 +63,12 @@ std::string describe(const CacheSpec& spec) {
 
 void check_spec(const CacheSpec& spec) {
   if (spec.transform.size() > kMaxTransform)
-    fail_as<Error>("cache spec: the transform name has {} bytes, at most {} fit", spec.transform.size(),
+    fail("cache spec: the transform name has {} bytes, at most {} fit", spec.transform.size(),
                    kMaxTransform);
   if (spec.shape.size() > kMaxDims)
-    fail_as<Error>("cache spec: shape {} has more than {} dimensions", describe(spec), kMaxDims);
+    fail("cache spec: shape {} has more than {} dimensions", describe(spec), kMaxDims);
   for (auto d : spec.shape)
-    if (d < 0) fail_as<Error>("cache spec: shape {} has a negative dimension", describe(spec));
+    if (d < 0) fail("cache spec: shape {} has a negative dimension", describe(spec));
 }
 
 std::string encode_header(const Header& h) {
@@ -164,12 +164,12 @@ std::string spec_difference(const CacheSpec& have, const CacheSpec& want) {
 Cache Cache::open(const std::string& path, const OpenOptions& options) {
   using namespace detail;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail_as<Error>("cannot open cache '{}': {}", path, errno_text(errno));
+  if (fd < 0) fail("cannot open cache '{}': {}", path, errno_text(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
     ::close(fd);
-    fail_as<Error>("cannot stat cache '{}': {}", path, errno_text(e));
+    fail("cannot stat cache '{}': {}", path, errno_text(e));
   }
   Cache c;
   c.path_ = path;
@@ -183,20 +183,20 @@ Cache Cache::open(const std::string& path, const OpenOptions& options) {
     if (m == MAP_FAILED) {
       const int e = errno;
       ::close(fd);
-      fail_as<Error>("cannot map cache '{}': {}", path, errno_text(e));
+      fail("cannot map cache '{}': {}", path, errno_text(e));
     }
     c.map_ = static_cast<const std::uint8_t*>(m);
   }
   ::close(fd);  // the map keeps the file
   const Inspection in = inspect(c.map_, c.map_bytes_, options.verify);
-  if (in.health != Health::Ok) fail_as<Error>("cache '{}' is {}", path, in.problem);
+  if (in.health != Health::Ok) fail("cache '{}' is {}", path, in.problem);
   c.spec_ = in.header.spec;
   c.index_offset_ = in.header.index_offset;
   CacheSpec want = c.spec_;
   if (options.transform) want.transform = *options.transform;
   if (options.inputs) want.inputs = *options.inputs;
   if (auto diff = spec_difference(c.spec_, want); !diff.empty())
-    fail_as<Error>("cache '{}' is stale: {} (rebuild it)", path, diff);
+    fail("cache '{}' is stale: {} (rebuild it)", path, diff);
   // Fixed stride when every record has the same length (always so with a shape).
   const std::uint64_t n = c.size();
   if (n > 0) {
@@ -233,7 +233,7 @@ Cache::~Cache() {
 }
 
 void Cache::check_index(std::uint64_t i) const {
-  if (i >= size()) fail_as<Error>("cache '{}': sample {} is out of range (it holds {})", path_, i, size());
+  if (i >= size()) fail("cache '{}': sample {} is out of range (it holds {})", path_, i, size());
 }
 
 const std::int64_t* Cache::label_data() const {

@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/error.h"
+#include "data_error.h"
 
 namespace kolo::data::detail {
 
@@ -35,11 +35,11 @@ CacheWriter::CacheWriter(std::string path, CacheSpec spec)
     fd_ = ::open(partial_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   }
   if (fd_ < 0)
-    fail_as<Error>("cannot create the cache '{}' (a temporary file in '{}'): {}", path_, dir_of(path_),
+    fail("cannot create the cache '{}' (a temporary file in '{}'): {}", path_, dir_of(path_),
                    errno_text(errno));
   // Records start after the header, which commit() writes last.
   if (::lseek(fd_, static_cast<off_t>(kHeaderBytes), SEEK_SET) < 0)
-    fail_as<Error>("cannot seek in the cache '{}': {}", path_, errno_text(errno));
+    fail("cannot seek in the cache '{}': {}", path_, errno_text(errno));
   index_.reserve(3 * spec_.num_samples);
   buf_.reserve(kFlushBytes + (1 << 16));
 }
@@ -63,7 +63,7 @@ void CacheWriter::flush() {
   while (n > 0) {
     const ssize_t w = ::write(fd_, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail_as<Error>("cannot write the cache '{}': {}", path_, errno_text(errno));
+    if (w < 0) fail("cannot write the cache '{}': {}", path_, errno_text(errno));
     p += w;
     n -= static_cast<std::size_t>(w);
   }
@@ -90,19 +90,19 @@ std::uint64_t CacheWriter::commit() {
   h.payload_crc = crc_;
   const std::string header = encode_header(h);
   if (::pwrite(fd_, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size()))
-    fail_as<Error>("cannot write the cache '{}': {}", path_, errno_text(errno));
-  if (::fsync(fd_) != 0) fail_as<Error>("cannot fsync the cache '{}': {}", path_, errno_text(errno));
+    fail("cannot write the cache '{}': {}", path_, errno_text(errno));
+  if (::fsync(fd_) != 0) fail("cannot fsync the cache '{}': {}", path_, errno_text(errno));
   if (!named_) {
     // Give the unnamed file a name. A .partial left by a build killed
     // between link and rename (or by a named build) is ours to replace.
     ::unlink(partial_.c_str());
     const std::string self = "/proc/self/fd/" + std::to_string(fd_);
     if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, partial_.c_str(), AT_SYMLINK_FOLLOW) != 0)
-      fail_as<Error>("cannot link the cache '{}' as '{}': {}", path_, partial_, errno_text(errno));
+      fail("cannot link the cache '{}' as '{}': {}", path_, partial_, errno_text(errno));
     named_ = true;
   }
   if (::rename(partial_.c_str(), path_.c_str()) != 0)
-    fail_as<Error>("cannot rename '{}' to '{}': {}", partial_, path_, errno_text(errno));
+    fail("cannot rename '{}' to '{}': {}", partial_, path_, errno_text(errno));
   committed_ = true;
   const int dfd = ::open(dir_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {

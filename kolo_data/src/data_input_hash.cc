@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <vector>
 
-#include "core/error.h"
+#include "data_error.h"
 #include "kolo/data/cache.h"
 
 namespace kolo::data {
@@ -23,7 +23,7 @@ static_assert(sizeof(crypto_generichash_state) <= 384 && alignof(crypto_generich
               "InputHash::state_ is too small for libsodium's state");
 
 InputHash::InputHash() {
-  if (sodium_init() < 0) fail_as<Error>("InputHash: libsodium failed to initialise");
+  if (sodium_init() < 0) fail("InputHash: libsodium failed to initialise");
   crypto_generichash_init(st(state_), nullptr, 0, 8);
 }
 
@@ -44,7 +44,7 @@ InputHash& InputHash::text(const std::string& s) { return number(s.size()).bytes
 
 InputHash& InputHash::file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail_as<Error>("InputHash: cannot open input '{}': {}", path, errno_text(errno));
+  if (fd < 0) fail("InputHash: cannot open input '{}': {}", path, errno_text(errno));
   std::vector<unsigned char> buf(1 << 20);
   std::uint64_t total = 0;
   for (;;) {
@@ -53,7 +53,7 @@ InputHash& InputHash::file(const std::string& path) {
     if (n < 0) {
       const int e = errno;
       ::close(fd);
-      fail_as<Error>("InputHash: cannot read input '{}': {}", path, errno_text(e));
+      fail("InputHash: cannot read input '{}': {}", path, errno_text(e));
     }
     if (n == 0) break;
     bytes(buf.data(), static_cast<std::size_t>(n));

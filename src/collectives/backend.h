@@ -46,7 +46,7 @@ std::unique_ptr<Backend> make_shm_backend(rdv::StoreClient& store, const std::st
                                           const std::string& job_id, int rank, int size,
                                           transport::Members members);
 // TCP connections between every pair of ranks; `address` is the one this
-// rank advertises (transport/nic.h), `members` names ranks' hosts in messages.
+// rank advertises (net/nic.h), `members` names ranks' hosts in messages.
 std::unique_ptr<Backend> make_tcp_backend(rdv::StoreClient& store, const std::string& prefix,
                                           int rank, int size, const std::string& address,
                                           transport::Members members);

@@ -67,7 +67,7 @@ inline std::int64_t hier_segment_bytes() { return env_int("KOLO_HIER_SEGMENT", 4
 // --- network ---------------------------------------------------------------
 // The address a rank advertises for its data connections: an interface name
 // ("eth1") or a CIDR ("10.0.0.0/24") picks it; empty: the interface that
-// routes to the store's host (transport/nic.h). Also where the "kolo"
+// routes to the store's host (net/nic.h). Also where the "kolo"
 // backend announces its store under torch's rendezvous (kolo.h iface_address).
 inline std::string iface() { return env_str("KOLO_IFACE", ""); }
 // kolorun's remote shell for -H/--hostfile when --rsh is not given (a command

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 namespace kolo::rdv {
 

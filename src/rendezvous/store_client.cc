@@ -21,9 +21,12 @@
 #include "core/log.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_protocol.h"
-#include "rendezvous/store_socket.h"
+#include "net/address.h"
+#include "net/socket.h"
 
 namespace kolo::rdv {
+
+using net::Fd;
 
 namespace {
 
@@ -67,7 +70,7 @@ StoreClient::StoreClient(const std::string& host, int port, Millis connect_timeo
   std::string why;
   for (;;) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-    impl_->fd = try_connect(host, port, std::max(left, Millis{1}), &why);
+    impl_->fd = net::try_connect(host, port, std::max(left, Millis{1}), &why);
     if (impl_->fd.valid()) {
       // A store answers at once; the floor covers a short connect timeout.
       const auto hs_deadline = std::max(deadline, Clock::now() + auth::kAnswerTimeout);
@@ -75,7 +78,7 @@ StoreClient::StoreClient(const std::string& host, int port, Millis connect_timeo
           auth::connect_handshake(impl_->fd.get(), key, auth::Channel::Store, me, hs_deadline);
       switch (o.status) {
         case auth::Outcome::Accepted:
-          set_peer_timeout(impl_->fd.get());
+          net::set_peer_timeout(impl_->fd.get());
           if (o.open)
             log(LogLevel::Info, "rendezvous: the store at {}:{} does not check the job's secret "
                 "(started without the job's key)", host, port);
@@ -227,7 +230,7 @@ std::string StoreClient::local_address() const {
   socklen_t len = sizeof ss;
   if (!impl_->fd.valid() || ::getsockname(impl_->fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
     fail_io("lost connection to the rendezvous store at {}:{}", impl_->host, impl_->port);
-  return address_text(reinterpret_cast<sockaddr*>(&ss), /*with_port=*/false);
+  return net::address_text(reinterpret_cast<sockaddr*>(&ss), /*with_port=*/false);
 }
 
 }  // namespace kolo::rdv

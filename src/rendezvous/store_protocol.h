@@ -5,17 +5,18 @@
 // the body is buffered, so a stray client (a port scanner, a wrong program, a
 // length of 2^40) costs the server nothing but the connection it is closed on.
 //
-// Requests and replies share one body layout, which keeps the codec small:
+// Requests and replies share one body layout, written with net/codec.h:
 //   u8 tag (Op or Status) | i64 number | str value | u32 count | count × str keys
 // where str is a u32 length and that many bytes, all integers little-endian.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "net/codec.h"
 
 namespace kolo::rdv::proto {
 
@@ -44,10 +45,7 @@ struct Response {
 };
 
 // A frame that breaks the format; the receiver drops the connection.
-class ProtocolError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using net::ProtocolError;
 
 const char* op_name(Op op);
 

@@ -53,9 +53,12 @@
 #include "core/log.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_protocol.h"
-#include "rendezvous/store_socket.h"
+#include "net/address.h"
+#include "net/socket.h"
 
 namespace kolo::rdv {
+
+using net::Fd;
 
 namespace {
 
@@ -170,7 +173,9 @@ StoreServer::StoreServer(const std::string& bind_host, int port) : impl_(std::ma
 
 void StoreServer::start(const std::string& bind_host, int port, const auth::Key* key) {
   if (key) impl_->key = *key;
-  impl_->listener = listen_tcp(bind_host, port, &impl_->port);
+  net::Listener l = net::listen_tcp(bind_host, port, SOCK_NONBLOCK, "rendezvous");
+  impl_->listener = std::move(l.fd);
+  impl_->port = l.port;
   impl_->wake = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!impl_->wake.valid()) fail("rendezvous: eventfd(): {}", errno_text(errno));
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
@@ -346,14 +351,14 @@ void StoreServer::Impl::accept_all() {
       }
       return;
     }
-    set_nodelay(fd);
+    net::set_nodelay(fd);
     // A peer behind a link that went down sends no FIN: without probes its
     // connection would look open for ever, and a retired store would wait
     // out all of KOLO_STORE_LINGER_MS for it at exit.
-    set_keepalive(fd);
+    net::set_keepalive(fd);
     Conn c;
     c.fd = Fd(fd);
-    c.peer = address_text(reinterpret_cast<sockaddr*>(&ss), /*with_port=*/true);
+    c.peer = net::address_text(reinterpret_cast<sockaddr*>(&ss), /*with_port=*/true);
     log(LogLevel::Debug, "rendezvous store: connection from {}", c.peer);
     c.challenge = auth::make_challenge(auth::Channel::Store, -1, /*open=*/!key);
     c.out.assign(reinterpret_cast<const char*>(c.challenge.data()), c.challenge.size());

@@ -11,8 +11,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "rendezvous/auth.h"
-#include "rendezvous/store_socket.h"
+#include "net/auth.h"
+#include "net/address.h"
 
 namespace kolo::transport {
 
@@ -27,7 +27,7 @@ std::pair<std::string, int> split_addr(const std::string& addr) {
 
 // Building the mesh. Lower ranks accept, higher ranks connect: each pair gets
 // one connection. Every connection starts with the handshake of
-// rendezvous/auth.h, keyed by the job's key the store client authenticated
+// net/auth.h, keyed by the job's key the store client authenticated
 // with: the acceptor challenges, the connector answers with its rank, the
 // job's size and the rank it means to reach under a MAC, and the acceptor
 // proves the key back. That answer (fixed size) is all an acceptor reads
@@ -45,7 +45,7 @@ TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, i
                                                                    : std::int64_t{1} << 40)),
       stall_warn_(std::chrono::milliseconds(config::stall_warn_ms())),
       liveness_(size, static_cast<long>(config::peer_timeout_ms())) {
-  listener_ = listen_on("0.0.0.0");
+  listener_ = net::listen_tcp("0.0.0.0", 0, 0, "data connections");
   const std::string me = fmt::format("{}:{}", address, listener_.port);
   log(LogLevel::Debug, "data connections: listening on {}", me);
   store.set(fmt::format("{}/addr/{}", prefix, rank), me);
@@ -56,7 +56,7 @@ TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, i
   for (int peer = 0; peer < rank; ++peer) {
     auto [host, port] = split_addr(store.get(fmt::format("{}/addr/{}", prefix, peer), rdv_timeout));
     const std::string who = members_.name(peer);
-    Fd fd = connect_until(host, port, deadline, fmt::format("{}, at the address it advertised,", who));
+    net::Fd fd = net::connect_until(host, port, deadline, fmt::format("{}, at the address it advertised,", who));
     // The peer answers once it is done connecting to the ranks below it: the
     // handshake may take until the rendezvous deadline.
     const auth::Outcome o = auth::connect_handshake(fd.get(), key, auth::Channel::Data, {rank, size, peer}, deadline);
@@ -87,8 +87,8 @@ TcpMesh::TcpMesh(rdv::StoreClient& store, const std::string& prefix, int rank, i
   const int buf = static_cast<int>(config::tcp_buffer_bytes());
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
-    tune_data_socket(peers_[p].get(), buf);
-    set_nonblocking(peers_[p].get(), true);
+    net::tune_data_socket(peers_[p].get(), buf);
+    net::set_nonblocking(peers_[p].get(), true);
   }
 }
 
@@ -96,7 +96,7 @@ namespace {
 
 // A connection whose answer the acceptor still waits for.
 struct Pending {
-  Fd fd;
+  net::Fd fd;
   std::string from;  // "ip:port"
   auth::Challenge challenge{};
   auth::Answer answer{};
@@ -116,7 +116,7 @@ void reject(Pending& p, const std::string& why) {
 void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline, const std::string& me) {
   std::vector<Pending> pending;
   std::vector<pollfd> fds;
-  set_nonblocking(listener_.fd.get(), true);
+  net::set_nonblocking(listener_.fd.get(), true);
   auto missing = [&] {
     std::string s;
     for (int r = rank_ + 1; r < size_; ++r)
@@ -182,7 +182,7 @@ void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline, con
         continue;
       }
       const auth::Verdict v = auth::make_verdict(&key, p.challenge, p.answer, true);
-      write_all(p.fd.get(), v.data(), v.size(), members_.name(who->rank));
+      net::write_all(p.fd.get(), v.data(), v.size(), members_.name(who->rank));
       log(LogLevel::Debug, "data connections: {} connected from {}", members_.name(who->rank), p.from);
       peers_[who->rank] = std::move(p.fd);
     }
@@ -198,8 +198,8 @@ void TcpMesh::accept_peers(const auth::Key& key, Clock::time_point deadline, con
           fail("accept(): {}", errno_text(errno));
         }
         Pending p;
-        p.fd = Fd(fd);
-        p.from = rdv::address_text(reinterpret_cast<sockaddr*>(&ss), /*with_port=*/true);
+        p.fd = net::Fd(fd);
+        p.from = net::address_text(reinterpret_cast<sockaddr*>(&ss), /*with_port=*/true);
         p.challenge = auth::make_challenge(auth::Channel::Data, rank_);
         p.until = Clock::now() + auth::kAnswerTimeout;
         // A fresh socket's buffer takes the 48 bytes at once.

@@ -16,13 +16,15 @@
 #include <vector>
 
 #include "core/fingerprint.h"
-#include "rendezvous/auth.h"
+#include "net/auth.h"
+#include "net/socket.h"
 #include "rendezvous/store.h"
 #include "transport/members.h"
 #include "transport/peer_liveness.h"
-#include "transport/socket.h"
 
 namespace kolo::transport {
+
+using net::Clock;
 
 struct SendOp {
   int peer;
@@ -42,7 +44,7 @@ struct RecvOp {
 class TcpMesh {
  public:
   // Listens (on a port of KOLO_PORT_RANGE), publishes `address` (this
-  // rank's advertised IP, transport/nic.h) and the port under `prefix` in the
+  // rank's advertised IP, net/nic.h) and the port under `prefix` in the
   // store, connects to every other member and authenticates each connection
   // with the job's key (the store client's), both ways. Connections that fail
   // to are rejected and logged while the mesh waits for the real ranks.
@@ -106,8 +108,8 @@ class TcpMesh {
   Fingerprint current_, previous_;
   std::vector<std::size_t> hdr_sent_, hdr_recvd_;  // header bytes moved, per peer
   std::vector<Fingerprint> hdr_in_;
-  Listener listener_;
-  std::vector<Fd> peers_;  // peers_[rank_] is empty
+  net::Listener listener_;
+  std::vector<net::Fd> peers_;  // peers_[rank_] is empty
   std::vector<pollfd> pollfds_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds stall_warn_;

@@ -105,12 +105,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadHosts{"port_with_other_rsh", {"-H", "localhost", "-p", "22", "--rsh", "rsh", "true"},
                  "kolorun: -p and -i are options of ssh; 'rsh' is not ssh: give its own options in --rsh\n"},
         BadHosts{"no_such_interface", {"-H", "localhost", "--network-interface", "nosuch0", "true"},
-                 "kolorun: --network-interface nosuch0: no IPv4 interface of that name on this host (IPv4 "
-                 "interfaces: "},
+                 "kolorun: --network-interface nosuch0: this host has no interface of that name with an IPv4 "
+                 "address; its interfaces: "},
         BadHosts{"cidr_without_address", {"-H", "localhost", "--network-interface", "198.51.100.0/24", "true"},
-                 "kolorun: --network-interface 198.51.100.0/24: no address inside that network on this host"},
+                 "kolorun: --network-interface 198.51.100.0/24: this host has no IPv4 address in that network"},
         BadHosts{"malformed_cidr", {"-H", "localhost", "--network-interface", "10.0.0.0/99", "true"},
-                 "kolorun: --network-interface 10.0.0.0/99: neither an interface name nor an IPv4 CIDR such as "
+                 "kolorun: --network-interface 10.0.0.0/99 is neither an interface name nor an IPv4 CIDR such as "
                  "10.0.0.0/24"},
         BadHosts{"missing_program_here", {"-H", "localhost:2", "nosuchprog"},
                  "kolorun: cannot execute 'nosuchprog': No such file or directory\n"}),

@@ -9,7 +9,8 @@ layer and of the layers below it, never above (CONTRIBUTING: docs/contributing.m
 Layers of src/, lowest first: a directory may include its own headers and any
 lower directory's ("kolo/..." is the public API, open to all). Files directly
 in src/ (the communicator: init, connect, split) are the top. The public
-headers (include/kolo) include only each other.
+headers (include/kolo) include only each other, and the fronts (kolo_torch,
+kolo_data, the Python binding) only those.
 """
 import pathlib
 import re
@@ -18,7 +19,8 @@ import tempfile
 
 LAYERS = [
     ("core",),                   # errors, settings, logging, dtypes
-    ("kernels", "rendezvous"),   # reductions; the store and discovery
+    ("kernels", "net"),          # reductions; sockets, wire codec, handshake, addresses
+    ("rendezvous",),             # the store and discovery
     ("timeline",),               # the recorder the collectives record into
     ("transport",),              # shared memory, TCP, the GPU planes
     ("collectives",),            # the algorithms over the transports
@@ -29,6 +31,7 @@ TOP = len(LAYERS)  # src/*.cc
 RANK = {d: i for i, group in enumerate(LAYERS) for d in group}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SOURCES = ("*.h", "*.cc", "*.cu", "*.cuh")
+FRONTS = ("kolo_torch", "kolo_data", "python/src")  # include/ only
 
 
 def violations(root):
@@ -54,6 +57,17 @@ def violations(root):
                 if RANK[top] >= mine:
                     line = text.count("\n", 0, m.start(1)) + 1
                     out.append(f"src/{rel}:{line}: includes \"{target}\": src/{top} is not below src/{here or '.'}")
+    # The fronts stand on the public API, as a user's program does.
+    for front in FRONTS:
+        for pattern in SOURCES:
+            for f in sorted((root / front).rglob(pattern)):
+                text = f.read_text(errors="replace")
+                for m in INCLUDE.finditer(text):
+                    top = m.group(1).split("/")[0] if "/" in m.group(1) else None
+                    if top in RANK:
+                        line = text.count("\n", 0, m.start(1)) + 1
+                        out.append(f"{f.relative_to(root)}:{line}: includes \"{m.group(1)}\", a private "
+                                   "header of src/: a front sees include/ only")
     inc = root / "include" / "kolo"
     for f in sorted(inc.rglob("*.h")) if inc.is_dir() else []:
         text = f.read_text(errors="replace")
@@ -73,17 +87,18 @@ def self_test():
             "src/collectives/c.cc": '#include "transport/x.h"\n#include "hwy/h.h"\n',  # fine
             "src/init.cc": '#include "engine/context.h"\n',                             # fine: the top
             "src/transport/d.h": '#include "collectives/backend.h"\n',                  # up
-            "src/kernels/e.cc": '#include "rendezvous/store.h"\n',                      # sideways
+            "src/kernels/e.cc": '#include "net/socket.h"\n',                           # sideways
             "src/core/f.cc": '\n#include "engine/engine.h"\n',                          # up, line 2
             "src/newdir/g.cc": "\n",                                                    # unplaced
             "include/kolo/h.h": '#include "core/error.h"\n',                            # private
+            "kolo_data/src/i.cc": '#include "kolo/kolo.h"\n#include "core/error.h"\n',  # private, line 2
         }
         for name, text in files.items():
             (t / name).parent.mkdir(parents=True, exist_ok=True)
             (t / name).write_text(text)
         found = violations(t)
         want = ["src/transport/d.h:1:", "src/kernels/e.cc:1:", "src/core/f.cc:2:", "src/newdir/g.cc:",
-                "include/kolo/h.h:1:"]
+                "include/kolo/h.h:1:", "kolo_data/src/i.cc:2:"]
         missing = [w for w in want if not any(v.startswith(w) for v in found)]
         if missing or len(found) != len(want):
             print("self-test: expected", want, "found:", *found, sep="\n  ")

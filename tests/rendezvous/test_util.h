@@ -12,7 +12,7 @@
 
 #include "../common/error_of.h"
 #include "kolo/kolo.h"
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 namespace kolo::rdv::test {
 

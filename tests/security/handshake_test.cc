@@ -1,10 +1,10 @@
-// The handshake messages of rendezvous/auth.h as pure functions: what passes,
+// The handshake messages of net/auth.h as pure functions: what passes,
 // and that nothing else does.
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 #include "util.h"
 
 namespace kolo::auth {

@@ -25,15 +25,15 @@
 
 #include <fmt/format.h>
 
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 #include "rendezvous/settings_check.h"
 #include "rendezvous/store.h"
-#include "rendezvous/store_socket.h"
+#include "net/socket.h"
 
 namespace {
 
 using namespace std::chrono_literals;
-using kolo::rdv::Fd;
+using kolo::net::Fd;
 namespace auth = kolo::auth;
 
 int failures = 0;
@@ -49,7 +49,7 @@ Fd connect(const std::string& host, int port) {
   std::string why;
   const auto until = std::chrono::steady_clock::now() + 60s;
   for (;;) {
-    Fd fd = kolo::rdv::try_connect(host, port, 5000ms, &why);
+    Fd fd = kolo::net::try_connect(host, port, 5000ms, &why);
     if (fd.valid()) return fd;
     if (std::chrono::steady_clock::now() > until) {
       std::fprintf(stderr, "kolo_poke: cannot connect to %s:%d: %s\n", host.c_str(), port, why.c_str());

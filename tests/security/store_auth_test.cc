@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_protocol.h"
-#include "rendezvous/store_socket.h"
+#include "net/socket.h"
 #include "util.h"
 
 namespace kolo::rdv {
@@ -145,21 +145,20 @@ class FakeStore {
   // reply(fd) runs on the first accepted connection.
   template <class F>
   explicit FakeStore(F reply) {
-    listener_ = listen_tcp("127.0.0.1", 0, &port_);
+    listener_ = net::listen_tcp("127.0.0.1", 0, SOCK_NONBLOCK, "fake store");
     thread_ = std::thread([this, reply] {
-      pollfd p{listener_.get(), POLLIN, 0};
+      pollfd p{listener_.fd.get(), POLLIN, 0};
       if (::poll(&p, 1, 10000) != 1) return;
-      Fd conn(::accept(listener_.get(), nullptr, nullptr));
+      net::Fd conn(::accept(listener_.fd.get(), nullptr, nullptr));
       if (conn.valid()) reply(conn.get());
       ::shutdown(conn.get(), SHUT_RDWR);
     });
   }
   ~FakeStore() { thread_.join(); }
-  int port() const { return port_; }
+  int port() const { return listener_.port; }
 
  private:
-  Fd listener_;
-  int port_ = 0;
+  net::Listener listener_;
   std::thread thread_;
 };
 

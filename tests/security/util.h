@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 namespace kolo::sectest {
 

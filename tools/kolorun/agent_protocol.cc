@@ -34,61 +34,6 @@ std::optional<Frame> FrameReader::next() {
   return f;
 }
 
-Writer& Writer::u8(std::uint8_t v) {
-  out_.push_back(static_cast<char>(v));
-  return *this;
-}
-
-Writer& Writer::u32(std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  return *this;
-}
-
-Writer& Writer::str(std::string_view s) {
-  u32(static_cast<std::uint32_t>(s.size()));
-  return raw(s);
-}
-
-Writer& Writer::strs(const std::vector<std::string>& v) {
-  u32(static_cast<std::uint32_t>(v.size()));
-  for (const auto& s : v) str(s);
-  return *this;
-}
-
-Writer& Writer::raw(std::string_view s) {
-  out_.append(s);
-  return *this;
-}
-
-std::string_view Reader::take(std::size_t n) {
-  if (in_.size() < n) throw ProtocolError("truncated message");
-  auto out = in_.substr(0, n);
-  in_.remove_prefix(n);
-  return out;
-}
-
-std::uint8_t Reader::u8() { return static_cast<std::uint8_t>(take(1)[0]); }
-
-std::uint32_t Reader::u32() {
-  auto b = take(4);
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= std::uint32_t{static_cast<unsigned char>(b[i])} << (8 * i);
-  return v;
-}
-
-std::string Reader::str() { return std::string(take(u32())); }
-
-std::vector<std::string> Reader::strs() {
-  const std::uint32_t n = u32();
-  if (n > in_.size() / 4) throw ProtocolError("truncated message");
-  std::vector<std::string> v;
-  v.reserve(n);
-  for (std::uint32_t i = 0; i < n; ++i) v.push_back(str());
-  return v;
-}
-
-std::string_view Reader::rest() { return take(in_.size()); }
-
 std::string encode_job(const JobSpec& job) {
   Writer w;
   w.str(job.host).str(job.cwd).strs(job.argv).strs(job.env);

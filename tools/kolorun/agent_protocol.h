@@ -32,11 +32,12 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "net/codec.h"
 
 namespace kolorun {
 
@@ -46,11 +47,11 @@ inline constexpr std::string_view kAgentHello = "KOLORUN-AGENT-1\n";
 inline constexpr auto kHeartbeat = std::chrono::seconds(1);
 
 // A frame that does not parse: the peer is not a kolorun agent of this
-// version, or the stream is corrupt.
-class ProtocolError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// version, or the stream is corrupt. Payloads are written and read with
+// kolo's one wire codec.
+using kolo::net::ProtocolError;
+using kolo::net::Reader;
+using kolo::net::Writer;
 
 struct Frame {
   char type = 0;
@@ -74,35 +75,6 @@ class FrameReader {
  private:
   std::string buffer_;
   std::size_t pos_ = 0;
-};
-
-// Little-endian integers and length-prefixed strings, read back with bounds
-// checks (ProtocolError when a payload is short).
-class Writer {
- public:
-  Writer& u8(std::uint8_t v);
-  Writer& u32(std::uint32_t v);
-  Writer& str(std::string_view s);
-  Writer& strs(const std::vector<std::string>& v);
-  Writer& raw(std::string_view s);
-  const std::string& bytes() const { return out_; }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  std::uint8_t u8();
-  std::uint32_t u32();
-  std::string str();
-  std::vector<std::string> strs();
-  std::string_view rest();
-
- private:
-  std::string_view take(std::size_t n);
-  std::string_view in_;
 };
 
 // The job as one agent runs it.

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "elastic_driver.h"
-#include "host_address.h"
+#include "net/address.h"
 #include "host_discovery.h"
 #include "job_store.h"
 #include "launch_hosts.h"
@@ -20,7 +20,7 @@
 #include "shm_sweep.h"
 #include "signals.h"
 #include "core/config.h"
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 namespace kolorun {
 
@@ -55,7 +55,7 @@ int run_elastic(const Options& o) {
     return 2;
   }
   for (const auto& h : first) {
-    if (first_remote.empty() && !is_local_host(h.name)) first_remote = h.name;
+    if (first_remote.empty() && !kolo::net::is_local_host(h.name)) first_remote = h.name;
   }
   const auto net = job_network(o, first_remote, silence_s);
   if (!net) return 2;
@@ -85,7 +85,7 @@ int run_elastic(const Options& o) {
   const AgentBase base{net->rsh, self_path(), cwd, silence_s};
   const bool loopback_store = bind == "127.0.0.1";
   auto launch = [&](const std::string& host, const std::vector<ElasticWorker>& workers) {
-    HostRanks h{host, is_local_host(host), {}};
+    HostRanks h{host, kolo::net::is_local_host(host), {}};
     if (!h.local && loopback_store)
       throw std::runtime_error(fmt::format(
           "the store listens on 127.0.0.1 only (the discovery script's first list named only this host), so {} "

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 namespace kolorun {
 

@@ -12,7 +12,7 @@
 
 #include "agent.h"
 #include "agent_protocol.h"
-#include "host_address.h"
+#include "net/address.h"
 #include "host_job.h"
 #include "output_files.h"
 #include "rank_env.h"
@@ -63,13 +63,13 @@ std::optional<JobNetwork> job_network(const Options& o, const std::string& first
   JobNetwork n;
   try {
     n.rsh = make_remote_shell(o.rsh, o.ssh_port, o.identity, std::max(1, static_cast<int>(std::ceil(silence_s / 3))));
-    if (!o.network_interface.empty()) {
-      n.advertise = n.bind = interface_address(o.network_interface);
-    } else if (!first_remote.empty()) {
-      n.advertise = route_source_address(first_remote);
-      n.bind = "0.0.0.0";  // the other hosts may route to another of this host's addresses
+    if (!o.network_interface.empty() || !first_remote.empty()) {
+      n.advertise = master_address(o.network_interface, first_remote);
+      // Without an interface named, the other hosts may route to another of
+      // this host's addresses.
+      n.bind = o.network_interface.empty() ? "0.0.0.0" : n.advertise;
     }
-  } catch (const AddressError& e) {
+  } catch (const kolo::net::AddressError& e) {
     say(fmt::format("{}; choose the store's address with --network-interface NAME|CIDR", e.what()));
     return std::nullopt;
   } catch (const std::exception& e) {
@@ -87,7 +87,7 @@ std::string self_path() {
 }
 
 int run_hosts(const Options& o) {
-  const std::vector<HostRanks> hosts = place_ranks(o.hosts, o.np, is_local_host);
+  const std::vector<HostRanks> hosts = place_ranks(o.hosts, o.np, kolo::net::is_local_host);
   const HostRanks* first_remote = nullptr;
   bool any_local = false;
   for (const auto& h : hosts) {

@@ -6,8 +6,8 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "host_address.h"
-#include "rendezvous/store_socket.h"
+#include "net/address.h"
+#include "net/socket.h"
 
 namespace kolorun {
 
@@ -57,7 +57,6 @@ int ephemeral_low() {
 }  // namespace
 
 int free_master_port() {
-  int port = 0;
   // Probed on every address, as torch's TCPStore server binds; closed on return.
   if (kolo::config::port_range().lo == 0) {
     // Below the ephemeral range when there is room (20000 up, as kolo's
@@ -70,19 +69,18 @@ int free_master_port() {
     for (int tries = 0; tries < 64 && end > kFirst; ++tries) {
       const int p = kFirst + static_cast<int>(rd() % static_cast<unsigned>(end - kFirst));
       try {
-        kolo::rdv::listen_tcp("0.0.0.0", p, &port);
-        return port;
+        return kolo::net::listen_tcp("0.0.0.0", p, 0, "rendezvous").port;
       } catch (const kolo::Error&) {
         // in use: another one
       }
     }
   }
-  kolo::rdv::listen_tcp("0.0.0.0", 0, &port);  // KOLO_PORT_RANGE's, or any
-  return port;
+  return kolo::net::listen_tcp("0.0.0.0", 0, 0, "rendezvous").port;  // KOLO_PORT_RANGE's, or any
 }
 
 std::string master_address(const std::string& iface, const std::string& peer) {
-  return iface.empty() ? route_source_address(peer) : interface_address(iface);
+  return iface.empty() ? kolo::net::route_source(peer)
+                       : kolo::net::interface_address_for("--network-interface " + iface, iface, "this host");
 }
 
 }  // namespace kolorun

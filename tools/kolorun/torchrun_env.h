@@ -49,7 +49,7 @@ int free_master_port();
 // MASTER_ADDR as the other hosts reach this one: the address of `iface`
 // (--network-interface NAME|CIDR) when given, else the source address of the
 // route to `peer` (the store's host: the interface kolo's ranks use too).
-// Throws AddressError.
+// Also where the launcher advertises its store. Throws kolo::net::AddressError.
 std::string master_address(const std::string& iface, const std::string& peer);
 
 }  // namespace kolorun

@@ -1,4 +1,4 @@
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 #include <poll.h>
 #include <sodium.h>
@@ -45,6 +45,23 @@ std::int32_t get_i32(const unsigned char* p) {
 }
 
 bool has_magic(const unsigned char* p) { return std::memcmp(p, kMagic, sizeof kMagic) == 0; }
+
+// What every received message is checked for first: its size, the magic and
+// the version. `from_acceptor`: the connector speaks of the acceptor ("it").
+bool header_ok(const unsigned char* m, std::size_t len, std::size_t want, bool from_acceptor, std::string* why) {
+  if (len != want) {
+    *why = fmt::format("handshake of {} bytes, not {}", len, want);
+  } else if (!has_magic(m)) {
+    *why = from_acceptor ? "it does not speak kolo's handshake" : "not a kolo handshake";
+  } else if (m[8] != kVersion) {
+    *why = from_acceptor
+               ? fmt::format("it speaks handshake version {}, this kolo speaks {} (mixed kolo versions?)", m[8], kVersion)
+               : fmt::format("handshake version {}, this kolo speaks {}", m[8], kVersion);
+  } else {
+    return true;
+  }
+  return false;
+}
 
 // MAC over label | parts..., computed with the streaming interface so that the
 // transcript is never copied.
@@ -117,18 +134,7 @@ bool answer_prefix_ok(const unsigned char* a, std::size_t n) {
 
 std::optional<Identity> check_answer(const Key* key, const Challenge& challenge,
                                      const unsigned char* a, std::size_t len, std::string* why) {
-  if (len != kAnswerBytes) {
-    *why = fmt::format("handshake of {} bytes, not {}", len, kAnswerBytes);
-    return std::nullopt;
-  }
-  if (!has_magic(a)) {
-    *why = "not a kolo handshake";
-    return std::nullopt;
-  }
-  if (a[8] != kVersion) {
-    *why = fmt::format("handshake version {}, this kolo speaks {}", a[8], kVersion);
-    return std::nullopt;
-  }
+  if (!header_ok(a, len, kAnswerBytes, /*from_acceptor=*/false, why)) return std::nullopt;
   if (a[9] != challenge[9]) {
     *why = fmt::format("handshake for channel {}, this is channel {}", a[9], challenge[9]);
     return std::nullopt;
@@ -163,18 +169,7 @@ Verdict make_verdict(const Key* key, const Challenge& challenge, const Answer& a
 }
 
 std::optional<ParsedChallenge> parse_challenge(const unsigned char* c, std::size_t len, std::string* why) {
-  if (len != kChallengeBytes) {
-    *why = fmt::format("handshake of {} bytes, not {}", len, kChallengeBytes);
-    return std::nullopt;
-  }
-  if (!has_magic(c)) {
-    *why = "it does not speak kolo's handshake";
-    return std::nullopt;
-  }
-  if (c[8] != kVersion) {
-    *why = fmt::format("it speaks handshake version {}, this kolo speaks {} (mixed kolo versions?)", c[8], kVersion);
-    return std::nullopt;
-  }
+  if (!header_ok(c, len, kChallengeBytes, /*from_acceptor=*/true, why)) return std::nullopt;
   if (c[9] != static_cast<unsigned char>(Channel::Store) && c[9] != static_cast<unsigned char>(Channel::Data)) {
     *why = fmt::format("unknown handshake channel {}", c[9]);
     return std::nullopt;

@@ -32,8 +32,8 @@
 // job). Other launchers do not, and then the ranks derive a common key from
 // what they share (job id, store address); see job_key() in connect_store.cc.
 //
-// This lives beside the store (kolo_rendezvous links libsodium) and is used
-// by the transport's data connections too, which sit above it.
+// It lives in net/, below both of its users: the store (rendezvous/) and the
+// data connections (transport/).
 #pragma once
 
 #include <array>

@@ -1,4 +1,5 @@
-// Which address a rank advertises for its data connections (NIC choice).
+// Which address a rank advertises for its data connections (NIC choice),
+// from this host's addresses (net/address.h).
 //
 // A multi-homed host has several addresses, and some of them exist on every
 // host: loopback, and local bridges such as docker0 (172.17.0.1 everywhere).
@@ -22,20 +23,15 @@
 #include <string>
 #include <vector>
 
-namespace kolo::transport {
+namespace kolo::net {
 
 // routes[q]: the local address of rank q's store connection (step 2 above).
 // `host` names this host in messages. Logs the choice at info level; throws
 // kolo::Error for a KOLO_IFACE that matches nothing, listing the interfaces.
 std::string choose_address(const std::vector<std::string>& routes, int rank, const std::string& host);
 
-// The one reading of KOLO_IFACE and kolorun's --network-interface: an
-// interface name ("eth1": its IPv4 address) or an IPv4 CIDR ("10.0.0.0/24":
-// this host's address inside it). Empty when this host has none; throws
-// kolo::Error when a value with '/' is no CIDR.
-std::string interface_address(const std::string& name_or_cidr);
+// KOLO_IFACE's address on this host (named `host` in the error), or "" when
+// KOLO_IFACE is not set: what kolo::iface_address() (kolo.h) returns.
+std::string iface_address(const std::string& host);
 
-// "lo 127.0.0.1, eth0 10.0.0.2, docker0 172.17.0.1": this host's IPv4 interfaces.
-std::string interface_list();
-
-}  // namespace kolo::transport
+}  // namespace kolo::net

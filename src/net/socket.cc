@@ -1,38 +1,22 @@
-#include "rendezvous/store_socket.h"
+#include "net/socket.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "core/config.h"
 #include "core/error.h"
 
-namespace kolo::rdv {
-
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) {
-    reset();
-    fd_ = std::exchange(o.fd_, -1);
-  }
-  return *this;
-}
-
-Fd::~Fd() { reset(); }
-
-void Fd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
+namespace kolo::net {
 
 namespace {
 
@@ -66,9 +50,10 @@ int port_of(const sockaddr* a) {
                                   : ntohs(reinterpret_cast<const sockaddr_in*>(a)->sin_port);
 }
 
-}  // namespace
-
-namespace {
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(std::min<long long>(left, 1000 * 1000));
+}
 
 // One socket bound to addr and listening. SO_REUSEADDR lets a store restarted
 // on a fixed port (MASTER_PORT) bind without waiting for the previous run's
@@ -110,22 +95,33 @@ Fd listen_at(sockaddr* addr, socklen_t len, int flags, const std::string& what) 
   fail("{}: every port of KOLO_PORT_RANGE={}-{} is in use on this host", what, range.lo, range.hi);
 }
 
-Fd listen_tcp(const std::string& host, int port, int* bound_port) {
+Listener listen_tcp(const std::string& host, int port, int flags, const std::string& what) {
+  const std::string where = fmt::format("{}: cannot listen on {}:{}", what, host, port);
   std::string why;
   AddrList addrs = resolve(host, port, /*passive=*/true, &why);
-  if (!addrs) fail("rendezvous: cannot listen on {}:{}: {}", host, port, why);
+  if (!addrs) fail("{}: {}", where, why);
   const addrinfo* a = addrs.get();
-  Fd fd = listen_at(a->ai_addr, a->ai_addrlen, SOCK_NONBLOCK,
-                    fmt::format("rendezvous: cannot listen on {}:{}", host, port));
+  Listener l{listen_at(a->ai_addr, a->ai_addrlen, flags, where), 0};
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
-  *bound_port = port_of(reinterpret_cast<const sockaddr*>(&ss));
-  return fd;
+  ::getsockname(l.fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+  l.port = port_of(reinterpret_cast<const sockaddr*>(&ss));
+  return l;
 }
 
-Fd try_connect(const std::string& host, int port, std::chrono::milliseconds timeout,
-               std::string* why) {
+Fd accept_until(const Listener& l, Clock::time_point deadline, const std::string& what) {
+  for (;;) {
+    pollfd p{l.fd.get(), POLLIN, 0};
+    int rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) fail("timed out waiting for {}", what);
+    int fd = ::accept4(l.fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) return Fd(fd);
+    if (errno != EINTR && errno != ECONNABORTED) fail("accept(): {}", errno_text(errno));
+  }
+}
+
+Fd try_connect(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* why) {
   AddrList addrs = resolve(host, port, /*passive=*/false, why);
   if (!addrs) return Fd();
   for (const addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
@@ -134,8 +130,6 @@ Fd try_connect(const std::string& host, int port, std::chrono::milliseconds time
       *why = fmt::format("socket(): {}", errno_text(errno));
       continue;
     }
-    // Non-blocking connect bounded by poll: a SYN to a host that is down can
-    // otherwise block for minutes, far past the caller's deadline.
     int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
@@ -154,30 +148,26 @@ Fd try_connect(const std::string& host, int port, std::chrono::milliseconds time
       *why = errno_text(err);
       continue;
     }
-    // The client does blocking I/O with its own deadlines (poll before recv).
-    ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+    // The callers do blocking I/O with their own deadlines (poll before recv).
+    set_nonblocking(fd.get(), false);
     set_nodelay(fd.get());
     return fd;
   }
   return Fd();
 }
 
-std::string address_text(const sockaddr* a, bool with_port) {
-  char ip[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (a->sa_family == AF_INET) {
-    auto* in = reinterpret_cast<const sockaddr_in*>(a);
-    ::inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
-    port = ntohs(in->sin_port);
-    return with_port ? fmt::format("{}:{}", ip, port) : std::string(ip);
+// Each attempt is bounded, so an unreachable address (filtered, unroutable)
+// is an error naming it in time rather than minutes past the deadline.
+Fd connect_until(const std::string& host, int port, Clock::time_point deadline, const std::string& what) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    std::string why;
+    Fd fd = try_connect(host, port, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(2000)),
+                        &why);
+    if (fd.valid()) return fd;
+    if (Clock::now() >= deadline) fail("cannot connect to {} {}:{}: {}", what, host, port, why);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (a->sa_family == AF_INET6) {
-    auto* in6 = reinterpret_cast<const sockaddr_in6*>(a);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof ip);
-    port = ntohs(in6->sin6_port);
-    return with_port ? fmt::format("[{}]:{}", ip, port) : std::string(ip);
-  }
-  return "?";
 }
 
 void set_keepalive(int fd) {
@@ -202,17 +192,57 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-}  // namespace kolo::rdv
+void tune_data_socket(int fd, int buffer_bytes) {
+  set_nodelay(fd);
+  set_keepalive(fd);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
+}
+
+void set_nonblocking(int fd, bool on) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK));
+}
+
+void write_all(int fd, const void* buf, std::size_t len, const std::string& what) {
+  auto* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pf{fd, POLLOUT, 0};
+      ::poll(&pf, 1, 100);
+      continue;
+    }
+    if (n <= 0) fail_io("sending to {}: {}", what, errno_text(errno));
+    p += n;
+    len -= static_cast<std::size_t>(n);
+  }
+}
+
+void read_all(int fd, void* buf, std::size_t len, Clock::time_point deadline, const std::string& what) {
+  auto* p = static_cast<char*>(buf);
+  while (len > 0) {
+    pollfd pf{fd, POLLIN, 0};
+    int rc = ::poll(&pf, 1, remaining_ms(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) fail_io("timed out reading from {}", what);
+    ssize_t n = ::recv(fd, p, len, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n == 0) fail_io("{} closed the connection", what);
+    if (n < 0) fail_io("reading from {}: {}", what, errno_text(errno));
+    p += n;
+    len -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace kolo::net
 
 namespace kolo {
 
 // kolo.h. The probe socket closes at once: it never accepted, so the port is
 // free for the caller's server to bind (a process that takes it in between
 // makes that bind fail loudly).
-int free_port() {
-  int port = 0;
-  rdv::listen_tcp("0.0.0.0", 0, &port);
-  return port;
-}
+int free_port() { return net::listen_tcp("0.0.0.0", 0, 0, "rendezvous").port; }
 
 }  // namespace kolo
