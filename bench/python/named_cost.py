@@ -4,7 +4,7 @@
 Cases, each a median over --calls calls (rank 0's clock):
   unnamed      hvd.allreduce of 8 bytes (2 x f32): the ordered, direct path
   named        the same with name="x" every call: one negotiation round from
-               the response cache, then the allreduce (engine/named_channel.h)
+               the response cache, then the allreduce (comm/named_channel.h)
   step16 unnamed / named
                one "step": 16 allreduce_async of 8 bytes then synchronize all;
                named, rank 1 issues them in reverse order; per operation

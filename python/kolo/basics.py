@@ -61,7 +61,7 @@ def shutdown():
 
     After a failed collective (a lost peer) it returns within seconds and
     raises nothing: pending operations fail at once, and the timeline's merge
-    waits only briefly for ranks that may be gone (src/engine/timeline_writer.cc)."""
+    waits only briefly for ranks that may be gone (src/report/timeline_writer.cc)."""
     global _comm
     c, _comm = _comm, None
     if c is not None:
@@ -76,7 +76,7 @@ def shutdown():
         c.close()
 
 
-# The end of the text of an error that every rank rejected (src/engine/context.cc):
+# The end of the text of an error that every rank rejected (src/comm/context.cc):
 # such a communicator remains usable; after any other kolo error it is not.
 REJECTED = "the communicator remains usable"
 

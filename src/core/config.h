@@ -119,7 +119,7 @@ inline std::int64_t elastic_timeout_ms() { return env_int("KOLO_ELASTIC_TIMEOUT_
 // Always on; 0 exists only to measure what the check costs (bench/results).
 inline bool verify_calls() { return env_int("KOLO_VERIFY_CALLS", 1) != 0; }
 
-// --- named operations (engine/named_channel.h) -----------------------------
+// --- named operations (comm/named_channel.h) -----------------------------
 // Horovod's cycle time: how long a fresh named operation is held before it is
 // announced unless its caller waits first, and the longest pause between
 // negotiation rounds while something is pending on some rank (µs).

@@ -121,7 +121,7 @@ void fail_mismatch(const Fingerprint& mine, const Fingerprint& previous, const s
     fail("collectives out of step: {} is at collective #{} ({}) while {} (this rank) is at #{} ({})",
          them, theirs.seq, theirs.call(), me, mine.seq, mine.call());
   // Both ranks at the same position, before anything either sent was used:
-  // the one case a communicator can come back from (engine/context.h).
+  // the one case a communicator can come back from (comm/context.h).
   const bool shape = shapes_differ_alone(theirs, mine);
   if (theirs.magic == Fingerprint::kMagic)
     fail_as<MismatchError>("mismatched collectives at collective #{}: {} called {} while {} (this rank) called {}",

@@ -1,4 +1,4 @@
-// The two errors of a collective that ranks disagree on (engine/context.h
+// The two errors of a collective that ranks disagree on (comm/context.h
 // says which failures a communicator survives and why).
 #pragma once
 

@@ -7,7 +7,7 @@
 // stream, so the engine marks itself broken and every later call fails at
 // once with the first error (as NCCL's communicator abort does) — except a
 // RejectedError: every rank refused that call before any data moved and the
-// backend was rebuilt (engine/context.h says when).
+// backend was rebuilt (comm/context.h says when).
 #pragma once
 
 #include <condition_variable>
@@ -29,7 +29,7 @@ struct WorkState {
   bool done = false;
   std::exception_ptr error;
   // Called before a caller waits or polls: the named channel announces the
-  // operations it holds (engine/named_channel.h). Empty on the ordered path.
+  // operations it holds (comm/named_channel.h). Empty on the ordered path.
   std::function<void()> on_wait;
 };
 

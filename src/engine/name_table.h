@@ -1,4 +1,4 @@
-// The agreement of named operations (engine/named_channel.h runs the rounds):
+// The agreement of named operations (comm/named_channel.h runs the rounds):
 // the table every rank keeps of the names negotiated so far, and what one
 // round of announcements decides.
 //

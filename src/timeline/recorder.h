@@ -1,6 +1,6 @@
 // The timeline recorder: what each rank did, collective by collective, for a
 // Chrome-trace file (kolo.h's kolo::timeline; the file, the merge across ranks
-// and the report are engine/timeline_writer.cc's, above the communicator). It
+// and the report are report/timeline_writer.cc's, above the communicator). It
 // sits below the transports and collectives that record into it, and includes
 // nothing above the kernels.
 //

@@ -230,7 +230,7 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   auto check_aborted = [&] {
     if (f.aborted.load(std::memory_order_acquire) && !published()) fail_aborted(peer, what);
     // Aborted from another thread (a communicator closed with a named
-    // operation still waiting for its peers: engine/named_channel.h).
+    // operation still waiting for its peers: comm/named_channel.h).
     if (flags_[rank_].aborted.load(std::memory_order_relaxed) == kAborted)
       fail_io("{}: this rank aborted the collective while it waited for {}", what, members_.name(peer));
   };

@@ -1,4 +1,4 @@
-// Named operations (engine/named_channel.h), as real processes under kolorun.
+// Named operations (comm/named_channel.h), as real processes under kolorun.
 //   kolo_named order      every rank issues the same named collectives in its
 //                         own order (rank 0 as listed, rank 1 reversed, the
 //                         others shuffled by rank), unnamed ones between them,

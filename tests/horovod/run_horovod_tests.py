@@ -68,7 +68,7 @@ SHIM = {
 # Tests kolo fails by design (README "Where kolo differs from Horovod"); in
 # one-file mode each would run in a job of its own (unless --apart none).
 # None today: the four *_duplicate_name_error tests and join_allreduce pass
-# since named operations are negotiated (engine/named_channel.h).
+# since named operations are negotiated (comm/named_channel.h).
 BY_DESIGN = {}
 # A failure whose message holds this text depends on timing, not on kolo's
 # answer: Horovod's *_async_fused tests assert that hvd.poll(), called right

@@ -7,8 +7,8 @@ layer and of the layers below it, never above (CONTRIBUTING: docs/contributing.m
                                 scratch tree and fails unless each is found
 
 Layers of src/, lowest first: a directory may include its own headers and any
-lower directory's ("kolo/..." is the public API, open to all). Files directly
-in src/ (the communicator: init, connect, split) are the top. The public
+lower directory's ("kolo/..." is the public API, open to all). A file directly
+in src/ would be the top (there is none: the communicator is src/comm/). The public
 headers (include/kolo) include only each other, and the fronts (kolo_torch,
 kolo_data, the Python binding) only those.
 """
@@ -24,8 +24,9 @@ LAYERS = [
     ("timeline",),               # the recorder the collectives record into
     ("transport",),              # shared memory, TCP, the GPU planes
     ("collectives",),            # the algorithms over the transports
-    ("engine",),                 # ordered execution, Context, named operations, the timeline's writer
-    ("reducer",),                # the gradient reducer
+    ("engine",),                 # ordered execution, async Work, the name table
+    ("comm",),                   # the communicator: init, connect, split, Context, named operations
+    ("reducer", "report"),       # the gradient reducer; the timeline's file, merge and report
 ]
 TOP = len(LAYERS)  # src/*.cc
 RANK = {d: i for i, group in enumerate(LAYERS) for d in group}
@@ -85,7 +86,7 @@ def self_test():
         files = {
             "src/core/a.h": '#include "core/b.h"\n#include "kolo/kolo.h"\n',            # fine
             "src/collectives/c.cc": '#include "transport/x.h"\n#include "hwy/h.h"\n',  # fine
-            "src/init.cc": '#include "engine/context.h"\n',                             # fine: the top
+            "src/init.cc": '#include "comm/context.h"\n',                             # fine: the top
             "src/transport/d.h": '#include "collectives/backend.h"\n',                  # up
             "src/kernels/e.cc": '#include "net/socket.h"\n',                           # sideways
             "src/core/f.cc": '\n#include "engine/engine.h"\n',                          # up, line 2

@@ -300,7 +300,7 @@ def join(device=-1, process_set=None):
     active rank that issues another unnamed collective while a rank waits
     here gets kolo's mismatch error; the waiting rank, which rejected that
     call too, goes on waiting (the communicator remains usable,
-    engine/context.h).
+    comm/context.h).
     process_set (a kolo extension: Horovod's join has none) joins the ranks
     of that set, whose optimizer is then the one mirrored."""
     c = comm()

@@ -6,12 +6,12 @@
 #include <string_view>
 #include <vector>
 
-#include "alltoallv.h"
+#include "comm/alltoallv.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/ranges.h"
 #include "core/rejected.h"
-#include "engine/context.h"
+#include "comm/context.h"
 #include "transport/gpu.h"
 
 namespace kolo {
@@ -103,7 +103,7 @@ struct Buffers {
 // issue lock, and its data plane moves the bytes (transport/gpu.h).
 // `counts`: allgather(v)'s elements of each rank.
 // `name`: a named operation (kolo.h), negotiated on the named channel
-// (engine/named_channel.h) instead of queued in call order.
+// (comm/named_channel.h) instead of queued in call order.
 // host(backend, in, out) runs the collective on a backend: the ordered one, or the named channel's.
 template <class Host>
 Work start(detail::Context& c, bool blocking, const char* what, const Place& place, Fingerprint fp,

@@ -38,7 +38,7 @@
 #include "collectives/backend.h"
 #include "core/rejected.h"
 #include "engine/engine.h"
-#include "engine/named_channel.h"
+#include "comm/named_channel.h"
 #include "rendezvous/hosted_store.h"
 #include "rendezvous/store.h"
 #include "timeline/recorder.h"
@@ -72,7 +72,7 @@ struct Context {
   std::string base_prefix;  // the key space it was formed in; generations live below
   int generation = 0;       // backends built after a rejected collective
   // Builds the backend in a key space (the transport chosen when it formed, kept for rebuilds),
-  // through a store client: the context's own, or the named channel's (engine/named_channel.h).
+  // through a store client: the context's own, or the named channel's (comm/named_channel.h).
   std::function<std::unique_ptr<collectives::Backend>(rdv::StoreClient& store, const std::string& prefix)>
       make_backend;
   std::string job_id;  // the launcher's job id (names shared-memory files)
@@ -89,7 +89,7 @@ struct Context {
   // and before the engine: it runs when every queued collective has finished,
   // while the store rank 0 may host is still up.
   std::unique_ptr<timeline::Attachment> timeline;
-  // Named operations (engine/named_channel.h), made at the first one.
+  // Named operations (comm/named_channel.h), made at the first one.
   std::mutex named_mu;
   std::unique_ptr<NamedChannel> named;
   NamedChannel& named_channel();

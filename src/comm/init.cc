@@ -6,11 +6,11 @@
 #include <cstdlib>
 
 #include "collectives/backend.h"
-#include "connect.h"
+#include "comm/connect.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/context.h"
+#include "comm/context.h"
 #include "rendezvous/discovery.h"
 #include "rendezvous/elastic.h"
 

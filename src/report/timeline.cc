@@ -5,8 +5,8 @@
 #include <mutex>
 #include <utility>
 
-#include "engine/context.h"
-#include "engine/timeline_writer.h"
+#include "comm/context.h"
+#include "report/timeline_writer.h"
 
 namespace kolo::detail::timeline {
 

@@ -1,4 +1,4 @@
-#include "connect.h"
+#include "comm/connect.h"
 
 #include <algorithm>
 #include <string>
@@ -44,7 +44,7 @@ void connect(Context& c) {
     fail("KOLO_TRANSPORT={} is not a transport (auto, shm, tcp)", want);
   }
   // Kept in the context: a collective every rank rejected rebuilds the
-  // backend in a new key space (engine/context.h).
+  // backend in a new key space (comm/context.h).
   std::string address;
   if (kind != Shm) address = net::choose_address(hosts.routes, c.rank, hosts.names[host]);
   transport::Members members{{}, {}, c.world};

@@ -1,4 +1,4 @@
-#include "alltoallv.h"
+#include "comm/alltoallv.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/rejected.h"
-#include "engine/context.h"
+#include "comm/context.h"
 
 namespace kolo::detail {
 

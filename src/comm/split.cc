@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "collectives/backend.h"
-#include "connect.h"
+#include "comm/connect.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "engine/context.h"
+#include "comm/context.h"
 
 namespace kolo {
 

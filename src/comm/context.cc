@@ -1,4 +1,4 @@
-#include "engine/context.h"
+#include "comm/context.h"
 
 #include <chrono>
 #include <string>

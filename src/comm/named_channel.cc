@@ -1,4 +1,4 @@
-#include "engine/named_channel.h"
+#include "comm/named_channel.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/overlap.h"
-#include "engine/context.h"
+#include "comm/context.h"
 
 namespace kolo::detail {
 
@@ -206,7 +206,7 @@ void NamedChannel::loop() {
     in_round_ = false;
     if (!err) continue;
     // A failed round or operation: the peers may be anywhere, so the whole
-    // communicator fails, as on the ordered path (engine/context.h).
+    // communicator fails, as on the ordered path (comm/context.h).
     std::string msg;
     try {
       std::rethrow_exception(err);

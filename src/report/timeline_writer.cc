@@ -22,7 +22,7 @@
 //   rank also sends one line per collective (communicator, position, start,
 //   end), and each rank that arrived earlier gets a "wait for rank L" span
 //   inside its collective. kolo-trace does the same from snapshots.
-#include "engine/timeline_writer.h"
+#include "report/timeline_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -40,7 +40,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/context.h"
+#include "comm/context.h"
 #include "timeline/recorder.h"
 
 namespace kolo::detail::timeline {

@@ -3,7 +3,7 @@
 // transport and build the backend.
 #pragma once
 
-#include "engine/context.h"
+#include "comm/context.h"
 
 namespace kolo::detail {
 
