@@ -1,5 +1,12 @@
 // The interface every transport's set of collective algorithms implements.
 // Arguments have been validated by the Communicator; counts are in elements.
+//
+// The algorithms live by data plane, one file each: shm/ (every rank reads
+// the others' slots of one segment in place), tcp/ (copies between pairs),
+// hier/ (across hosts: composed of the shm/ and tcp/ ones). No algorithm is
+// written twice: what a one-shot allreduce shares between shm and TCP is the
+// reduction in rank order (kernels/reduce.h); how the inputs meet — in place
+// in shared memory, or copied over the network — is the algorithm.
 #pragma once
 
 #include <cstddef>
@@ -51,7 +58,7 @@ std::unique_ptr<Backend> make_tcp_backend(rdv::StoreClient& store, const std::st
                                           int rank, int size, const std::string& address,
                                           transport::Members members);
 // Ranks on several hosts: shared memory within each host, TCP between hosts
-// (hier_algorithms.h). `world`: the world rank of each rank, for messages
+// (hier/algorithms.h). `world`: the world rank of each rank, for messages
 // (null when the communicator is the world).
 std::unique_ptr<Backend> make_hier_backend(rdv::StoreClient& store, const std::string& prefix,
                                            const std::string& job_id, int rank,

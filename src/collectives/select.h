@@ -17,7 +17,7 @@ const char* algo_name(AllreduceAlgo a);
 // `oneshot_limit`: the largest message the one-shot algorithm can carry on
 // this transport (the shm slot size; unlimited on tcp).
 AllreduceAlgo select_allreduce(bool shm, std::size_t bytes, std::size_t oneshot_limit);
-// Ranks on several hosts (hier_algorithms.h); the limit is the shm slot size.
+// Ranks on several hosts (hier/algorithms.h); the limit is the shm slot size.
 AllreduceAlgo select_hier_allreduce(std::size_t bytes, std::size_t oneshot_limit);
 
 }  // namespace kolo::collectives

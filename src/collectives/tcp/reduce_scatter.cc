@@ -2,7 +2,7 @@
 #include <vector>
 
 #include "collectives/backend.h"
-#include "collectives/tcp_algorithms.h"
+#include "collectives/tcp/algorithms.h"
 
 namespace kolo::collectives {
 

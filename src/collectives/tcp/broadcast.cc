@@ -1,4 +1,4 @@
-#include "collectives/tcp_algorithms.h"
+#include "collectives/tcp/algorithms.h"
 
 namespace kolo::collectives {
 

@@ -1,5 +1,5 @@
 #include "collectives/backend.h"
-#include "collectives/shm_algorithms.h"
+#include "collectives/shm/algorithms.h"
 #include "kernels/reduce.h"
 #include "timeline/recorder.h"
 

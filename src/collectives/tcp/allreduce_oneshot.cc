@@ -1,7 +1,7 @@
 #include <vector>
 
 #include "collectives/backend.h"
-#include "collectives/tcp_algorithms.h"
+#include "collectives/tcp/algorithms.h"
 #include "kernels/reduce.h"
 #include "timeline/recorder.h"
 

@@ -1,7 +1,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/hier_algorithms.h"
+#include "collectives/hier/algorithms.h"
 
 namespace kolo::collectives {
 

@@ -1,7 +1,7 @@
 #include <cstring>
 
 #include "collectives/backend.h"
-#include "collectives/hier_algorithms.h"
+#include "collectives/hier/algorithms.h"
 
 namespace kolo::collectives {
 

@@ -1,6 +1,6 @@
 #include <cstring>
 
-#include "collectives/tcp_algorithms.h"
+#include "collectives/tcp/algorithms.h"
 
 namespace kolo::collectives {
 

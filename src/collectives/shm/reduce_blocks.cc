@@ -1,4 +1,4 @@
-#include "collectives/shm_algorithms.h"
+#include "collectives/shm/algorithms.h"
 #include "kernels/reduce.h"
 #include "timeline/recorder.h"
 

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/shm_algorithms.h"
-#include "collectives/tcp_algorithms.h"
+#include "collectives/shm/algorithms.h"
+#include "collectives/tcp/algorithms.h"
 
 namespace kolo::collectives {
 

@@ -1,4 +1,4 @@
-#include "collectives/shm_algorithms.h"
+#include "collectives/shm/algorithms.h"
 
 namespace kolo::collectives {
 

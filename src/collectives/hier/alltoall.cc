@@ -1,4 +1,4 @@
-#include "collectives/hier_algorithms.h"
+#include "collectives/hier/algorithms.h"
 
 namespace kolo::collectives {
 

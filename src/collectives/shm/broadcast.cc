@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/shm_algorithms.h"
+#include "collectives/shm/algorithms.h"
 
 namespace kolo::collectives {
 

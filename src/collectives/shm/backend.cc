@@ -1,7 +1,7 @@
 // The shared-memory backend: all ranks of the communicator on one host.
 #include "collectives/backend.h"
 #include "collectives/select.h"
-#include "collectives/shm_algorithms.h"
+#include "collectives/shm/algorithms.h"
 #include "timeline/recorder.h"
 
 namespace kolo::collectives {

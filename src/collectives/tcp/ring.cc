@@ -4,7 +4,7 @@
 // arrive, so reduction overlaps the transfer.
 #include <algorithm>
 
-#include "collectives/tcp_algorithms.h"
+#include "collectives/tcp/algorithms.h"
 #include "core/config.h"
 #include "kernels/reduce.h"
 #include "timeline/recorder.h"

@@ -3,7 +3,7 @@
 
 #include "collectives/backend.h"
 #include "collectives/select.h"
-#include "collectives/tcp_algorithms.h"
+#include "collectives/tcp/algorithms.h"
 #include "timeline/recorder.h"
 
 namespace kolo::collectives {

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "collectives/backend.h"
-#include "collectives/hier_algorithms.h"
+#include "collectives/hier/algorithms.h"
 #include "core/config.h"
 
 namespace kolo::collectives {

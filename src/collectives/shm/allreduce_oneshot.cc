@@ -1,7 +1,7 @@
 #include <cstring>
 
 #include "collectives/backend.h"
-#include "collectives/shm_algorithms.h"
+#include "collectives/shm/algorithms.h"
 #include "kernels/reduce.h"
 #include "timeline/recorder.h"
 

@@ -1,8 +1,8 @@
-// The hierarchical backend: ranks on several hosts (hier_algorithms.h).
+// The hierarchical backend: ranks on several hosts (hier/algorithms.h).
 #include <algorithm>
 
 #include "collectives/backend.h"
-#include "collectives/hier_algorithms.h"
+#include "collectives/hier/algorithms.h"
 #include "collectives/select.h"
 #include "rendezvous/hosts.h"
 #include "timeline/recorder.h"

@@ -1,7 +1,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/tcp_algorithms.h"
+#include "collectives/tcp/algorithms.h"
 
 namespace kolo::collectives {
 

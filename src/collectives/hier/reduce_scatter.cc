@@ -1,6 +1,6 @@
 #include <cstring>
 
-#include "collectives/hier_algorithms.h"
+#include "collectives/hier/algorithms.h"
 #include "collectives/select.h"
 
 namespace kolo::collectives {
