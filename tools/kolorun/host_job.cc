@@ -20,6 +20,7 @@
 #include "relay.h"
 #include "say.h"
 #include "signals.h"
+#include "teardown_policy.h"
 #include "core/config.h"
 #include "torchrun_env.h"
 
@@ -42,8 +43,6 @@ std::string list_ranks(const std::vector<int>& ranks) {
   for (std::size_t i = 0; i < ranks.size(); ++i) s += fmt::format("{}{}", i == 0 ? "" : ", ", ranks[i]);
   return s;
 }
-
-std::string plural(std::size_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); }
 
 // --output-dir: the bytes go to the rank's file as they came.
 class FileSink : public OutputSink {
@@ -118,7 +117,8 @@ struct RankState {
 
 class HostJob : public HostJobControl {
  public:
-  HostJob(int signal_fd, const HostJobOptions& opts) : signal_fd_(signal_fd), opts_(opts), ranks_(opts.np) {}
+  HostJob(int signal_fd, const HostJobOptions& opts)
+      : signal_fd_(signal_fd), opts_(opts), ranks_(opts.np), teardown_(opts.grace_s, kAgentSlack) {}
   ~HostJob() {
     if (signal_fd_ >= 0) ::close(signal_fd_);
     for (int fd : opts_.files) ::close(fd);
@@ -153,10 +153,9 @@ class HostJob : public HostJobControl {
   HostJobOptions opts_;
   std::vector<std::unique_ptr<Agent>> agents_;
   std::vector<RankState> ranks_;
-  std::optional<int> exit_code_;
-  bool stopping_ = false;
-  bool killed_ = false;
-  std::optional<Clock::time_point> job_deadline_, kill_deadline_;
+  // Its grace period ends when the agents' own has, plus kAgentSlack.
+  TeardownPolicy teardown_;
+  std::optional<Clock::time_point> job_deadline_;
   bool master_pending_ = false;  // an agent is choosing MASTER_ADDR/MASTER_PORT
   Clock::time_point last_beat_ = Clock::now();
 };
@@ -168,7 +167,7 @@ std::size_t HostJob::ranks_running() const {
 }
 
 bool HostJob::finished() const {
-  if (opts_.elastic != nullptr && !stopping_ && !opts_.elastic->finished()) return false;
+  if (opts_.elastic != nullptr && !teardown_.stopping() && !opts_.elastic->finished()) return false;
   for (const auto& a : agents_) {
     if (!a->reaped || a->proc.stdout_pipe >= 0 || a->proc.stderr_pipe >= 0) return false;
   }
@@ -220,21 +219,17 @@ std::string HostJob::describe_exit(const Agent& a) const {
 }
 
 void HostJob::fail(int code, const std::string& text) {
-  if (exit_code_) {
+  if (!teardown_.stop(code)) {
     say(text);
     return;
   }
-  exit_code_ = code;
-  const std::size_t others = ranks_running();
-  say(others > 0 ? fmt::format("{} (first failure); stopping the other {}", text, plural(others, "rank"))
-                 : fmt::format("{} (first failure)", text));
+  say(first_failure(text, ranks_running()));
   // Once: a second stop frame would make the agents skip the grace period.
-  if (!stopping_) stop_all(SIGTERM);
+  stop_all(SIGTERM);
 }
 
+// Called after teardown_.stop(): every agent gets a stop frame for `sig`.
 void HostJob::stop_all(int sig) {
-  if (!stopping_) kill_deadline_ = Clock::now() + seconds(opts_.grace_s) + kAgentSlack;
-  stopping_ = true;
   for (auto& a : agents_) {
     if (a->held) drop(*a);  // its ranks never started: nothing to stop
   }
@@ -275,7 +270,7 @@ void HostJob::lose(Agent& a, const std::string& why) {
     return;  // every rank had reported its exit: nothing was lost
   }
   for (int r : still) finish_output(r);
-  if (opts_.elastic != nullptr && !stopping_) {
+  if (opts_.elastic != nullptr && !teardown_.stopping()) {
     close_agent(a);
     opts_.elastic->host_lost(a.host.name, still, why);
     return;
@@ -318,23 +313,13 @@ void HostJob::master_chosen(const Frame& f) {
 void HostJob::on_rank_exit(Agent& a, int rank, int how, int status) {
   if (rank < 0 || rank >= static_cast<int>(ranks_.size()) || ranks_[rank].agent != &a || ranks_[rank].exited) return;
   ranks_[rank].exited = true;
-  if (opts_.elastic != nullptr && !stopping_) {
+  if (opts_.elastic != nullptr && !teardown_.stopping()) {
     opts_.elastic->rank_exited(rank, a.host.name, how, status);
     return;
   }
-  if (how == CLD_EXITED && status == 0) return;
-  if (exit_code_) return;
-  std::string what;
-  int code;
-  if (how == CLD_EXITED) {
-    what = fmt::format("exited with code {}", status);
-    code = status;
-  } else {
-    what = fmt::format("was killed by signal {} ({}){}", status, signal_name(status),
-                       how == CLD_DUMPED ? " (core dumped)" : "");
-    code = 128 + status;
-  }
-  fail(code, fmt::format("rank {} on {} {}", rank, a.host.name, what));
+  const ChildEnd end{how, status};
+  if (!end.failed() || teardown_.stopping()) return;
+  fail(end.exit_code(), fmt::format("rank {} on {} {}", rank, a.host.name, end.text()));
 }
 
 void HostJob::handle_frame(Agent& a, const Frame& f) {
@@ -471,8 +456,7 @@ void HostJob::handle_signals() {
   while (::read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
     const int sig = static_cast<int>(si.ssi_signo);
     if (sig == SIGCHLD) continue;
-    if (!stopping_) {
-      exit_code_ = 128 + sig;
+    if (teardown_.stop(128 + sig)) {
       say(fmt::format("interrupted ({}); stopping {} on {}", signal_name(sig), plural(ranks_running(), "rank"),
                       plural(agents_.size(), "host")));
     }
@@ -495,19 +479,18 @@ void HostJob::on_timers() {
     // An agent waiting for its job says nothing until it has it.
     if (!a->lost && !a->done && !a->held && a->proc.stdout_pipe >= 0 && now - a->last_heard > seconds(opts_.silence_s))
       lose(*a, fmt::format("nothing came from its agent for {:g} s (the host or its link is down?)", opts_.silence_s));
-    if (master_pending_ && a->chooser && a->hello && !stopping_ && now - a->hello_at > seconds(opts_.silence_s))
+    if (master_pending_ && a->chooser && a->hello && !teardown_.stopping() && now - a->hello_at > seconds(opts_.silence_s))
       fail(1, fmt::format("the agent on {} (rank 0's host) reported no MASTER_ADDR/MASTER_PORT within {:g} s "
                           "(is the kolorun there the same version as this one?)",
                           a->host.name, opts_.silence_s));
   }
-  if (opts_.elastic != nullptr && !stopping_) opts_.elastic->tick(*this);
-  if (!stopping_ && job_deadline_ && now >= *job_deadline_) {
-    exit_code_ = 124;
-    say(fmt::format("timeout after {:g} s; stopping {}", opts_.timeout_s, plural(ranks_running(), "rank")));
+  if (opts_.elastic != nullptr && !teardown_.stopping()) opts_.elastic->tick(*this);
+  if (job_deadline_ && now >= *job_deadline_ && teardown_.stop(124)) {
+    say(timeout_text(opts_.timeout_s, ranks_running()));
     stop_all(SIGTERM);
   }
-  if (stopping_ && !killed_ && kill_deadline_ && now >= *kill_deadline_) {
-    killed_ = true;
+  if (teardown_.grace_over(now)) {
+    teardown_.escalate();
     for (auto& a : agents_) {
       if (a->lost || a->done) continue;
       say(fmt::format("the agent on {} has not ended its ranks {:g} s after the grace period; closing its connection",
@@ -552,7 +535,7 @@ int HostJob::run(const std::vector<AgentLaunch>& launches) {
     }
     if (::poll(pfds.data(), pfds.size(), 250) < 0 && errno != EINTR) {
       say(fmt::format("poll failed: {}", std::strerror(errno)));
-      if (!exit_code_) exit_code_ = 1;
+      teardown_.stop(1);
       break;
     }
     for (std::size_t i = 1; i < pfds.size(); ++i) {
@@ -572,7 +555,7 @@ int HostJob::run(const std::vector<AgentLaunch>& launches) {
       if (s) s->finish();
     }
   }
-  return exit_code_.value_or(0);
+  return teardown_.exit_code();
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 //
 // The loop reads each agent's frames (agent_protocol.h) and stderr, relays
 // the ranks' lines tagged "[r] " (or into --output-dir on this host), and
-// stops the whole job on the first failure:
+// stops the whole job on the first failure (the policy: teardown_policy.h):
 //   - a rank that exits non-zero or by a signal: "rank 3 on hostB exited with
 //     code 7 (first failure)"; kolorun exits with that code (128+signal);
 //   - a host lost: its agent's connection closed before its ranks ended (the

@@ -19,6 +19,7 @@
 
 #include "relay.h"
 #include "signals.h"
+#include "teardown_policy.h"
 
 namespace kolorun {
 
@@ -33,18 +34,15 @@ constexpr auto kDrainTime = std::chrono::seconds(1);
 struct Rank {
   RankProcess proc;
   bool exited = false;
-  int how = 0;     // CLD_EXITED, CLD_KILLED or CLD_DUMPED
-  int status = 0;  // exit code or signal number
+  ChildEnd end;
   int fds[2] = {-1, -1};  // stdout, stderr pipes
   std::unique_ptr<OutputSink> relays[2];
 };
 
-std::string plural_ranks(std::size_t n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); }
-
 class Supervisor : public JobControl {
  public:
   Supervisor(std::vector<RankProcess> procs, int signal_fd, const SupervisorOptions& opts)
-      : signal_fd_(signal_fd), opts_(opts) {
+      : signal_fd_(signal_fd), opts_(opts), teardown_(opts.grace_s) {
     for (auto& p : procs) {
       Rank r;
       r.proc = p;
@@ -68,15 +66,15 @@ class Supervisor : public JobControl {
 
   // Stops the job before it ran (see abort_started).
   void abort(int exit_code) {
-    exit_code_ = exit_code;
-    begin_stop(SIGTERM);
+    teardown_.stop(exit_code);
+    signal_groups(SIGTERM);
   }
 
   int run();
 
   void stop(int sig) override { on_signal(sig); }
   void kill_now(const std::string& why) override { escalate(why); }
-  bool stopping() const override { return stopping_; }
+  bool stopping() const override { return teardown_.stopping(); }
 
  private:
   void say(const std::string& text) const {
@@ -88,7 +86,6 @@ class Supervisor : public JobControl {
   void check_exits();
   void on_rank_exit(Rank& r);
   void on_signal(int sig);
-  void begin_stop(int sig);
   void escalate(const std::string& why);
   void read_pipe(Rank& r, int s);
   void close_pipe(Rank& r, int s);
@@ -101,10 +98,8 @@ class Supervisor : public JobControl {
   int signal_fd_;
   SupervisorOptions opts_;
 
-  std::optional<int> exit_code_;  // set by the first event that stops the job
-  bool stopping_ = false;
-  bool killed_ = false;  // SIGKILL already sent
-  std::optional<Clock::time_point> job_deadline_, kill_deadline_, drain_deadline_;
+  TeardownPolicy teardown_;
+  std::optional<Clock::time_point> job_deadline_, drain_deadline_;
 };
 
 std::size_t Supervisor::running() const {
@@ -127,17 +122,9 @@ void Supervisor::signal_groups(int sig) {
   for (const auto& r : ranks_) ::kill(-r.proc.pid, sig);
 }
 
-void Supervisor::begin_stop(int sig) {
-  stopping_ = true;
-  signal_groups(sig);
-  kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(opts_.grace_s));
-}
-
 // SIGKILL to every group; `why` completes "rank 3 still running ...".
 void Supervisor::escalate(const std::string& why) {
-  if (killed_) return;
-  killed_ = true;
+  if (!teardown_.escalate()) return;
   std::string who;
   for (const auto& r : ranks_) {
     if (!r.exited) who += fmt::format("{}{}", who.empty() ? "" : ", ", r.proc.rank);
@@ -149,38 +136,24 @@ void Supervisor::escalate(const std::string& why) {
 }
 
 void Supervisor::on_rank_exit(Rank& r) {
-  if (opts_.hooks != nullptr) opts_.hooks->on_exit(r.proc.rank, r.how, r.status);
-  const bool failed = r.how != CLD_EXITED || r.status != 0;
-  if (!failed || exit_code_.has_value()) return;
-  std::string what;
-  if (r.how == CLD_EXITED) {
-    what = fmt::format("exited with code {}", r.status);
-    exit_code_ = r.status;
-  } else {
-    what = fmt::format("was killed by signal {} ({}){}", r.status, signal_name(r.status),
-                       r.how == CLD_DUMPED ? " (core dumped)" : "");
-    exit_code_ = 128 + r.status;
-  }
-  const std::size_t others = running();
-  std::string text = fmt::format("rank {} {} (first failure)", r.proc.rank, what);
-  if (others > 0) text += fmt::format("; stopping the other {}", plural_ranks(others));
-  if (opts_.report_failures) say(text);
-  begin_stop(SIGTERM);
+  if (opts_.hooks != nullptr) opts_.hooks->on_exit(r.proc.rank, r.end.how, r.end.status);
+  if (!r.end.failed() || !teardown_.stop(r.end.exit_code())) return;
+  if (opts_.report_failures) say(first_failure(fmt::format("rank {} {}", r.proc.rank, r.end.text()), running()));
+  signal_groups(SIGTERM);
 }
 
 void Supervisor::on_signal(int sig) {
   if (sig == SIGCHLD) return;
-  if (stopping_) {
+  if (!teardown_.stop(128 + sig)) {
     // A second Ctrl-C: the user does not want to wait out the grace period.
     escalate(fmt::format("and kolorun got {} again", signal_name(sig)));
     return;
   }
-  exit_code_ = 128 + sig;
   if (opts_.report_failures)
-    say(fmt::format("interrupted ({}); stopping {}", signal_name(sig), plural_ranks(running())));
+    say(fmt::format("interrupted ({}); stopping {}", signal_name(sig), plural(running(), "rank")));
   // The ranks get the signal kolorun got (not only SIGTERM), so a rank can
   // tell Ctrl-C apart from a teardown.
-  begin_stop(sig);
+  signal_groups(sig);
 }
 
 // SIGCHLD is coalesced and may stand for several ranks, so every rank still
@@ -192,8 +165,7 @@ void Supervisor::check_exits() {
     if (::waitid(P_PID, r.proc.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) continue;
     if (info.si_pid != r.proc.pid) continue;
     r.exited = true;
-    r.how = info.si_code;
-    r.status = info.si_status;
+    r.end = {info.si_code, info.si_status};
     on_rank_exit(r);
   }
 }
@@ -229,8 +201,8 @@ int Supervisor::poll_timeout_ms() const {
   auto consider = [&](const std::optional<Clock::time_point>& t) {
     if (t && (!next || *t < *next)) next = t;
   };
-  if (!stopping_) consider(job_deadline_);
-  if (stopping_ && !killed_) consider(kill_deadline_);
+  if (!teardown_.stopping()) consider(job_deadline_);
+  consider(teardown_.kill_deadline());
   consider(drain_deadline_);
   if (opts_.hooks != nullptr && opts_.hooks->tick_ms() >= 0)
     consider(Clock::now() + std::chrono::milliseconds(opts_.hooks->tick_ms()));
@@ -251,7 +223,7 @@ int Supervisor::run() {
     if (running() == 0 && !drain_deadline_) {
       // What the ranks left behind gets SIGTERM now (unless the teardown
       // sent it already) and SIGKILL when kolorun ends, below.
-      if (!stopping_) signal_groups(SIGTERM);
+      if (!teardown_.stopping()) signal_groups(SIGTERM);
       drain_deadline_ = Clock::now() + kDrainTime;
     }
     if (running() == 0 && (!any_pipe_open() || Clock::now() >= *drain_deadline_)) break;
@@ -273,7 +245,7 @@ int Supervisor::run() {
     int rc = ::poll(pfds.data(), pfds.size(), poll_timeout_ms());
     if (rc < 0 && errno != EINTR) {
       say(fmt::format("poll failed: {}", std::strerror(errno)));
-      if (!exit_code_) exit_code_ = 1;
+      teardown_.stop(1);
       escalate("after a poll failure");
       break;
     }
@@ -285,14 +257,11 @@ int Supervisor::run() {
     if (opts_.hooks != nullptr) opts_.hooks->on_wake(pfds.data() + own, pfds.size() - own, *this);
 
     const auto now = Clock::now();
-    if (!stopping_ && job_deadline_ && now >= *job_deadline_) {
-      exit_code_ = 124;
-      say(fmt::format("timeout after {:g} s; stopping {}", opts_.timeout_s, plural_ranks(running())));
-      begin_stop(SIGTERM);
+    if (job_deadline_ && now >= *job_deadline_ && teardown_.stop(124)) {
+      say(timeout_text(opts_.timeout_s, running()));
+      signal_groups(SIGTERM);
     }
-    if (stopping_ && !killed_ && kill_deadline_ && now >= *kill_deadline_) {
-      escalate(fmt::format("after the {:g} s grace period", opts_.grace_s));
-    }
+    if (teardown_.grace_over(now)) escalate(fmt::format("after the {:g} s grace period", opts_.grace_s));
   }
 
   for (auto& r : ranks_) {
@@ -305,7 +274,7 @@ int Supervisor::run() {
     while (::waitpid(r.proc.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
   }
-  return exit_code_.value_or(0);
+  return teardown_.exit_code();
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // notices ranks exiting (SIGCHLD), kolorun's own signals and the job's
 // deadline, and tears the job down when it has to.
 //
-// Teardown: the first rank to exit non-zero or by a signal fails the job.
+// Teardown (its policy, shared with host_job.h: teardown_policy.h): the
+// first rank to exit non-zero or by a signal fails the job.
 // Every rank's process group then gets SIGTERM, and SIGKILL once the grace
 // period has passed; the loop keeps relaying output meanwhile, so the last
 // words of the dying ranks (often the real error) are not lost. SIGINT,
