@@ -1,7 +1,7 @@
 // kolo_torch tests. The sampler is tested in process; everything else runs
 // torch_rank_prog as real processes under kolorun and asserts on the files
 // it writes, its output and its exit status. This file does not include
-// LibTorch (compile time); torch_rank_prog.cc does.
+// LibTorch (compile time); torch_rank_prog's sources do.
 #include <gtest/gtest.h>
 #include <kolo/kolo.h>
 #include <kolo/torch/sampler.h>
