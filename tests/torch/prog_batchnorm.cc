@@ -134,8 +134,7 @@ int mode_bufbcast(kolo::Communicator& comm, const Args& a) {
   BnNet net;
   DistributedOptimizerOptions o;
   o.broadcast_buffers = on;
-  DistributedOptimizer opt(
-      comm, net, std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1)), o);
+  auto opt = sgd_optimizer(comm, net, o);
   // The reference: the BatchNorm as rank 0 alone would have it.
   torch::nn::BatchNorm1d ref(4);
   bool ever_differ = false;

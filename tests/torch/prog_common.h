@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -124,6 +125,14 @@ inline DistributedOptimizerOptions optimizer_options(const Args& a) {
     o.bucket_cap_bytes = 1024;
   }
   return o;
+}
+
+// Plain SGD (lr 0.1) under DistributedOptimizer: the optimizer of the modes
+// that test what it refuses, skips or broadcasts rather than how it trains.
+inline DistributedOptimizer sgd_optimizer(kolo::Communicator& comm, const torch::nn::Module& net,
+                                          const DistributedOptimizerOptions& o) {
+  return DistributedOptimizer(
+      comm, net, std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1)), o);
 }
 
 // "5,3" -> {5, 3}: per-rank counts (--rows, --batches).

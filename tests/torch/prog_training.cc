@@ -161,9 +161,7 @@ int mode_scaler(kolo::Communicator& comm, const Args& a) {
 int mode_unused(kolo::Communicator& comm, const Args& a) {
   torch::manual_seed(7);
   Net net;
-  DistributedOptimizer opt(
-      comm, net, std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1)),
-      optimizer_options(a));
+  auto opt = sgd_optimizer(comm, net, optimizer_options(a));
   Data d = make_data(64);
   for (int s = 0; s < 3; ++s) {
     opt.zero_grad();
@@ -195,9 +193,7 @@ struct EmbNet : torch::nn::Module {
 // sparse: a sparse embedding gradient.
 int mode_sparse(kolo::Communicator& comm, const Args& a) {
   EmbNet net;
-  DistributedOptimizer opt(
-      comm, net, std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1)),
-      optimizer_options(a));
+  auto opt = sgd_optimizer(comm, net, optimizer_options(a));
   auto x = torch::tensor({1, 2, 3}, torch::kInt64);
   net.fc(net.emb(x)).sum().backward();
   opt.step();
@@ -218,9 +214,7 @@ struct DeviceNet : torch::nn::Module {
 // device: a parameter that is not on the CPU.
 int mode_device(kolo::Communicator& comm, const Args& a) {
   DeviceNet net;
-  DistributedOptimizer opt(
-      comm, net, std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1)),
-      optimizer_options(a));
+  auto opt = sgd_optimizer(comm, net, optimizer_options(a));
   return 0;
 }
 
