@@ -41,6 +41,7 @@ for a in "$@"; do
   esac
 done
 
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
 HOROVOD_GIT=${HOROVOD_GIT:-/work/.mirror/horovod+horovod/repo}
 HOROVOD_SRC=${HOROVOD_SRC:-}
@@ -82,10 +83,10 @@ mkdir -p "$(dirname "$VENV")"
 : > "$LOG" || fail "cannot write $LOG"
 echo "build.sh: building Horovod ${HOROVOD_SRC:-$HOROVOD_VERSION from PyPI} into $VENV" >&2
 echo "build.sh: log $LOG (MAKEFLAGS=$MAKEFLAGS); this takes long on 2 cores" >&2
-/usr/bin/python3 -m venv --system-site-packages "$VENV" >>"$LOG" 2>&1 || fail "python3 -m venv (see $LOG)"
+source "$ROOT/scripts/pypi-venv.sh"
+make_venv --system-site-packages "$VENV" wheel cloudpickle psutil pyyaml packaging cffi >>"$LOG" 2>&1 \
+  || fail "python3 -m venv or pip install of Horovod's requirements (see $LOG)"
 PY=$VENV/bin/python
-"$PY" -m pip install -q wheel cloudpickle psutil pyyaml packaging cffi >>"$LOG" 2>&1 \
-  || fail "pip install of Horovod's requirements (see $LOG)"
 
 # --- the source ----------------------------------------------------------------------
 SRCDIR=$VENV.src
