@@ -31,14 +31,15 @@ PY
 )
 
 TORCH2_SITE=$("$TORCH2_PYTHON" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-/usr/bin/python3 -m venv --system-site-packages "$WORK/debian"      # sees Debian's torch
-/usr/bin/python3 -m venv "$WORK/pypi"                               # sees only torch 2.x
+source "$SRC/scripts/pypi-venv.sh"
+# The wheel alone (--no-deps --no-index): each environment's torch is the one it sees.
+make_venv --system-site-packages "$WORK/debian" --no-deps --no-index "$WHEEL"   # sees Debian's torch
+make_venv "$WORK/pypi" --no-deps --no-index "$WHEEL"                            # sees only torch 2.x
 echo "$TORCH2_SITE" > "$("$WORK/pypi/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/torch2.pth"
 
 status=0
 for env in debian pypi; do
   PY=$WORK/$env/bin/python
-  "$PY" -m pip install -q --no-deps --no-index "$WHEEL"
   echo "== $env: $("$PY" -c 'import torch; print("torch", torch.__version__)')"
   SO_SHA=$(cd /tmp && "$PY" -c "import hashlib, kolo._C as c; print(hashlib.sha256(open(c.__file__, 'rb').read()).hexdigest())")
   if [ "$SO_SHA" != "$WHEEL_SO_SHA" ]; then
