@@ -47,6 +47,10 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# kolo's own settings in the caller's environment (KOLO_TRANSPORT=tcp, ...)
+# hold for every kolo run: the results say them. Read before this script
+# exports its own KOLO_REV and KOLO_BUILD_TYPE for the table.
+kolo_env=$(env | grep -E '^KOLO_[A-Z_]+=' | grep -vE '^KOLO_(BUILD|REV|BUILD_TYPE)=' | sort | tr '\n' ' ' || true)
 QUICK=0
 WRITE=1
 args=()
@@ -216,7 +220,7 @@ if [ -n "${BEFORE:-}" ]; then
   export CMD_BEFORE="$(before_cmd '<sizes>' '<iters>')"
 fi
 export ITERS_NOTE=${ITERS:+"ITERS=$ITERS for every size"}
-export SETTINGS="NP=$NP ROUNDS=$ROUNDS SIZES='$SIZES'${ITERS:+ ITERS=$ITERS}${BEFORE:+ BEFORE=$BEFORE}"
+export SETTINGS="${kolo_env}NP=$NP ROUNDS=$ROUNDS SIZES='$SIZES'${ITERS:+ ITERS=$ITERS}${BEFORE:+ BEFORE=$BEFORE}"
 [ "$SYSTEMS" = "kolo mpi gloo" ] || [ "$SYSTEMS" = "kolo before mpi gloo" ] || SETTINGS+=" SYSTEMS='$SYSTEMS'"
 export LOAD_START=$load_start LOAD_END=$load_end NP ROUNDS HOST_LABEL BUILD
 export SMALL_ITERS=${ITERS:-200} LARGE_ITERS=${ITERS:-20}
