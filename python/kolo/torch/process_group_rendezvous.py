@@ -123,10 +123,11 @@ def _query(url):
 def broadcast_endpoint(comm, port):
     """(host, port) on every rank of a server that rank 0 listens on at port
     (ignored elsewhere), sent over kolo's communicator: loopback when every
-    rank is on rank 0's host, else rank 0's host name."""
+    rank is on rank 0's host, else its address on KOLO_IFACE's interface when
+    that is set (as kolo's own connections), else its host name."""
     buf = torch.zeros(_ADDR_BYTES, dtype=torch.uint8, device="cpu")
     if comm.rank() == 0:
-        host = "127.0.0.1" if comm.local_size() == comm.size() else socket.gethostname()
+        host = "127.0.0.1" if comm.local_size() == comm.size() else (_C.iface_address() or socket.gethostname())
         text = f"{host} {port}".encode()
         buf[:len(text)] = torch.tensor(list(text), dtype=torch.uint8, device="cpu")
     comm.broadcast(buf.data_ptr(), _ADDR_BYTES, _C.U8, 0)
