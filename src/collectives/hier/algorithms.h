@@ -58,6 +58,8 @@ void hier_allreduce_oneshot(Hier& h, const void* in, void* out, std::size_t coun
 // shard i), intra-host allgather. Each host's link carries 2(H-1)/H of the
 // message in each direction.
 void hier_allreduce_sharded(Hier& h, const void* in, void* out, std::size_t count, DType t, Op op);
+// One of the two by size (collectives/select.h), named in the timeline.
+void hier_allreduce(Hier& h, const void* in, void* out, std::size_t count, DType t, Op op);
 void hier_broadcast(Hier& h, void* data, std::size_t count, DType t, int root);
 void hier_allgatherv(Hier& h, const void* in, void* out, std::span<const std::size_t> counts, DType t);
 void hier_reduce_scatter(Hier& h, const void* in, void* out, std::size_t count, DType t, Op op);

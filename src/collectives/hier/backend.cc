@@ -3,9 +3,7 @@
 
 #include "collectives/backend.h"
 #include "collectives/hier/algorithms.h"
-#include "collectives/select.h"
 #include "rendezvous/hosts.h"
-#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 
@@ -76,12 +74,7 @@ class HierBackend final : public Backend {
   }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
-    const AllreduceAlgo a = select_hier_allreduce(count * dtype_size(t), h_.local->chunk_bytes());
-    detail::timeline::algorithm = algo_name(a);
-    if (a == AllreduceAlgo::OneShot)
-      hier_allreduce_oneshot(h_, in, out, count, t, op);
-    else
-      hier_allreduce_sharded(h_, in, out, count, t, op);
+    hier_allreduce(h_, in, out, count, t, op);
   }
   void broadcast(void* data, std::size_t count, DType t, int root) override {
     hier_broadcast(h_, data, count, t, root);

@@ -1,7 +1,6 @@
 #include <cstring>
 
 #include "collectives/hier/algorithms.h"
-#include "collectives/select.h"
 
 namespace kolo::collectives {
 
@@ -12,10 +11,7 @@ namespace kolo::collectives {
 void hier_reduce_scatter(Hier& h, const void* in, void* out, std::size_t count, DType t, Op op) {
   const std::size_t es = dtype_size(t), total = count * h.size;
   char* all = h.scratch.get(h.scratch.b, total * es);
-  if (select_hier_allreduce(total * es, h.local->chunk_bytes()) == AllreduceAlgo::OneShot)
-    hier_allreduce_oneshot(h, in, all, total, t, op);
-  else
-    hier_allreduce_sharded(h, in, all, total, t, op);
+  hier_allreduce(h, in, all, total, t, op);
   std::memcpy(out, all + h.rank * count * es, count * es);
 }
 

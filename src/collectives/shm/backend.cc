@@ -2,7 +2,6 @@
 #include "collectives/backend.h"
 #include "collectives/select.h"
 #include "collectives/shm/algorithms.h"
-#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 
@@ -19,10 +18,7 @@ class ShmBackend final : public Backend {
   void abort(const std::string& reason) override { g_.abort(reason); }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
-    const std::size_t bytes = count * dtype_size(t);
-    const AllreduceAlgo a = select_allreduce(true, bytes, g_.chunk_bytes());
-    detail::timeline::algorithm = algo_name(a);
-    if (a == AllreduceAlgo::OneShot)
+    if (run_oneshot(Plane::Shm, count * dtype_size(t), g_.chunk_bytes()))
       shm_allreduce_oneshot(g_, in, out, count, t, op);
     else
       shm_allreduce_chunked(g_, in, out, count, t, op);

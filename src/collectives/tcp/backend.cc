@@ -4,7 +4,6 @@
 #include "collectives/backend.h"
 #include "collectives/select.h"
 #include "collectives/tcp/algorithms.h"
-#include "timeline/recorder.h"
 
 namespace kolo::collectives {
 
@@ -21,10 +20,7 @@ class TcpBackend final : public Backend {
   void abort(const std::string&) override { mesh_.abort(); }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
-    const std::size_t bytes = count * dtype_size(t);
-    const AllreduceAlgo a = select_allreduce(false, bytes, std::numeric_limits<std::size_t>::max());
-    detail::timeline::algorithm = algo_name(a);
-    if (a == AllreduceAlgo::OneShot)
+    if (run_oneshot(Plane::Tcp, count * dtype_size(t), std::numeric_limits<std::size_t>::max()))
       tcp_allreduce_oneshot(mesh_, scratch_, in, out, count, t, kernel_op(op), kernel_divisor(op, mesh_.size()));
     else
       tcp_allreduce_ring(mesh_, scratch_, in, out, count, t, kernel_op(op), kernel_divisor(op, mesh_.size()));
