@@ -10,7 +10,7 @@
 #include "host_discovery.h"
 #include "rendezvous/elastic.h"
 #include "say.h"
-#include "signals.h"
+#include "teardown_policy.h"
 
 namespace kolorun {
 
@@ -204,12 +204,11 @@ void ElasticDriver::rank_exited(int rank, const std::string& host, int how, int 
   }
   if (w.state == State::Member) lost_member_ = true;
   w.state = State::Lost;
-  const std::string what =
-      how == CLD_EXITED ? fmt::format("exited with code {}", status)
-                        : fmt::format("was killed by signal {} ({})", status, signal_name(status));
+  const ChildEnd end{how, status};
+  const std::string what = end.text();
   if (ending_) {
     if (!end_code_) {
-      end_code_ = how == CLD_EXITED ? status : 128 + status;
+      end_code_ = end.exit_code();
       end_text_ = fmt::format("worker {} on {} {} after another finished", rank, host, what);
     }
     return;
