@@ -21,10 +21,10 @@
 //   waited for) needs every rank's arrival, so it is found at the merge: each
 //   rank also sends one line per collective (communicator, position, start,
 //   end), and each rank that arrived earlier gets a "wait for rank L" span
-//   inside its collective. kolo-trace does the same from snapshots.
+//   inside its collective (report/stragglers.h). kolo-trace does the same
+//   from snapshots.
 #include "report/timeline_writer.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +41,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "comm/context.h"
+#include "report/stragglers.h"
+#include "report/trace_file.h"
 #include "timeline/recorder.h"
 
 namespace kolo::detail::timeline {
@@ -48,59 +50,6 @@ namespace kolo::detail::timeline {
 namespace {
 
 bool reduces(Kind k) { return k == Kind::Allreduce || k == Kind::ReduceScatter; }
-
-void escape(std::string& out, std::string_view s) {
-  for (char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (u < 0x20) {
-      out += fmt::format("\\u{:04x}", u);
-    } else {
-      out += ch;
-    }
-  }
-}
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  escape(out, s);
-  out += '"';
-  return out;
-}
-
-// Writes `text` to path through a temporary file and rename(), so that the
-// file is either the old one or the new one, whole. Errors name the path.
-void write_whole(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("timeline: cannot write {}: {}", path, std::strerror(errno));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("timeline: cannot write {}: {}", path, std::strerror(err));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail("timeline: cannot write {}: {}", path, std::strerror(err));
-  }
-}
-
-// The whole file around a list of events, each followed by ",\n".
-std::string trace_file(std::string events) {
-  if (events.ends_with(",\n")) events.resize(events.size() - 2);
-  return "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n" + events + "\n]}\n";
-}
 
 constexpr std::size_t kStoreChunk = 16 << 20;  // below the store's 64 MiB frame limit
 
@@ -239,43 +188,6 @@ struct Session {
 
   void merge();
 };
-
-struct Row {
-  int pid, tid;
-  std::int64_t begin, end;
-};
-
-// "wait for rank L" spans: per collective, every rank that started before
-// the last one to arrive waited for it (clocks aligned: the lines' times are
-// the store host's clock).
-std::string straggler_spans(const std::string& tables) {
-  std::map<std::pair<std::string, std::uint64_t>, std::vector<Row>> by_call;
-  std::istringstream in(tables);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream f(line);
-    std::string comm;
-    std::uint64_t seq;
-    Row r;
-    if (std::getline(f, comm, '\t') && f >> seq >> r.begin >> r.end >> r.pid >> r.tid)
-      by_call[{comm, seq}].push_back(r);
-  }
-  std::string out;
-  for (const auto& [call, rows] : by_call) {
-    if (rows.size() < 2) continue;
-    const Row& last = *std::max_element(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.begin < b.begin; });
-    for (const Row& r : rows) {
-      const std::int64_t until = std::min(last.begin, r.end);
-      if (&r == &last || until - r.begin < 1000) continue;  // under a microsecond: clock noise
-      out += fmt::format(
-          "{{\"ph\": \"X\", \"cat\": \"wait\", \"name\": \"wait for rank {}\", \"pid\": {}, \"tid\": {}, \"ts\": {:.3f}, "
-          "\"dur\": {:.3f}, \"args\": {{\"straggler\": {}, \"comm\": {}, \"seq\": {}}}}},\n",
-          last.pid, r.pid, r.tid, r.begin / 1000.0, (until - r.begin) / 1000.0, last.pid, json_string(call.first),
-          call.second);
-    }
-  }
-  return out;
-}
 
 // How long a merge after a failed collective waits for a rank's events (ms).
 constexpr std::int64_t kFailedMergeMs = 2000;
