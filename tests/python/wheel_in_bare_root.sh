@@ -97,11 +97,18 @@ python3 -m venv /root/venv
 /root/venv/bin/pip install -q /root/wheel/*.whl "torch==$TORCH"
 cd /root
 /root/venv/bin/python -c "import kolo._C, kolo.torch, torch; print('kolo._C', kolo._C.__file__, 'torch', torch.__version__)"
+# kolorun and kolo._C load the wheel's copies of Highway, fmt and libsodium
+# (this root has none): every one they name resolves into kolo.libs, and
+# between them all three are loaded (kolorun itself needs no Highway: it
+# reduces nothing).
 bin=$(/root/venv/bin/python -c "import kolo, os; print(os.path.join(os.path.dirname(kolo.__file__), 'bin', 'kolorun'))")
-libs=$(ldd "$bin")
+ext=$(/root/venv/bin/python -c "import kolo._C; print(kolo._C.__file__)")
+libs=$(ldd "$bin" "$ext")
 echo "$libs" | grep -E 'lib(hwy|fmt|sodium)'
+! echo "$libs" | grep -E 'lib(hwy|fmt|sodium).*not found' || { echo "FAIL: a library of the wheel is not found"; exit 1; }
+! echo "$libs" | grep -E 'lib(hwy|fmt|sodium)' | grep -v "=> /root/venv/.*/kolo.libs/" || { echo "FAIL: not the wheel's copy"; exit 1; }
 for lib in hwy fmt sodium; do
-  echo "$libs" | grep -q "=> /root/venv/.*/kolo.libs/lib$lib-" || { echo "FAIL: kolorun does not load the wheel's lib$lib"; exit 1; }
+  echo "$libs" | grep -q "=> /root/venv/.*/kolo.libs/lib$lib-" || { echo "FAIL: neither kolorun nor kolo._C loads the wheel's lib$lib"; exit 1; }
 done
 echo "== 2 ranks, TCP: every collective (api_worker.py)"
 KOLO_TRANSPORT=tcp /root/venv/bin/kolorun -np 2 --timeout 900 /root/venv/bin/python /root/workers/api_worker.py | tee /root/api.out
