@@ -180,7 +180,7 @@ bool choose_master(Outbox& out, JobSpec& job) {
   std::string addr;
   int port = 0;
   try {
-    addr = master_address(job.master_iface, job.master_peer);
+    addr = reachable_address(job.master_iface, job.master_peer);
     port = free_master_port();
   } catch (const std::exception& e) {
     refuse(out, 1, fmt::format("cannot choose torchrun's MASTER_ADDR and MASTER_PORT on {} (rank 0's host): {}",

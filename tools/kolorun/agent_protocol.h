@@ -91,7 +91,7 @@ struct JobSpec {
   std::vector<RankEnv> ranks;
   double grace_s = 3;            // SIGTERM -> SIGKILL
   std::uint32_t silence_ms = 15000;  // no frame from the launcher for this long: it is gone
-  // This host runs rank 0: choose MASTER_ADDR (master_address(master_iface,
+  // This host runs rank 0: choose MASTER_ADDR (reachable_address(master_iface,
   // master_peer) on this host) and a free MASTER_PORT, send 'P', and give
   // both to the ranks.
   bool choose_master = false;

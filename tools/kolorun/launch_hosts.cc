@@ -64,7 +64,7 @@ std::optional<JobNetwork> job_network(const Options& o, const std::string& first
   try {
     n.rsh = make_remote_shell(o.rsh, o.ssh_port, o.identity, std::max(1, static_cast<int>(std::ceil(silence_s / 3))));
     if (!o.network_interface.empty() || !first_remote.empty()) {
-      n.advertise = master_address(o.network_interface, first_remote);
+      n.advertise = reachable_address(o.network_interface, first_remote);
       // Without an interface named, the other hosts may route to another of
       // this host's addresses.
       n.bind = o.network_interface.empty() ? "0.0.0.0" : n.advertise;

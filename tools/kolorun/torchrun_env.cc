@@ -78,7 +78,7 @@ int free_master_port() {
   return kolo::net::listen_tcp("0.0.0.0", 0, 0, "rendezvous").port;  // KOLO_PORT_RANGE's, or any
 }
 
-std::string master_address(const std::string& iface, const std::string& peer) {
+std::string reachable_address(const std::string& iface, const std::string& peer) {
   return iface.empty() ? kolo::net::route_source(peer)
                        : kolo::net::interface_address_for("--network-interface " + iface, iface, "this host");
 }

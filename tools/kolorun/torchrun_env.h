@@ -46,10 +46,11 @@ std::vector<std::string> torchrun_removals();
 // kolo::Error naming the range when all of it is taken.
 int free_master_port();
 
-// MASTER_ADDR as the other hosts reach this one: the address of `iface`
+// The address the other hosts reach this one at: the address of `iface`
 // (--network-interface NAME|CIDR) when given, else the source address of the
-// route to `peer` (the store's host: the interface kolo's ranks use too).
-// Also where the launcher advertises its store. Throws kolo::net::AddressError.
-std::string master_address(const std::string& iface, const std::string& peer);
+// route to `peer` (the interface kolo's ranks use too). The launcher's store
+// is advertised there, and rank 0's agent gives it to torchrun's ranks as
+// MASTER_ADDR. Throws kolo::net::AddressError.
+std::string reachable_address(const std::string& iface, const std::string& peer);
 
 }  // namespace kolorun
