@@ -17,6 +17,8 @@
 
 #include "collectives/blocks.h"
 #include "core/fingerprint.h"
+#include "core/ranges.h"
+#include "kernels/reduce.h"
 #include "kolo/kolo.h"
 
 #include "transport/members.h"
@@ -65,14 +67,9 @@ std::unique_ptr<Backend> make_hier_backend(rdv::StoreClient& store, const std::s
                                            const rdv::HostMap& hosts, const std::string& address,
                                            std::shared_ptr<const std::vector<int>> world);
 
-// Reduction kernels take Sum plus a divisor for Average.
-inline Op kernel_op(Op op) { return op == Op::Average ? Op::Sum : op; }
-inline int kernel_divisor(Op op, int size) { return op == Op::Average ? size : 0; }
-
-// Splits count elements into `parts` contiguous pieces as equal as possible;
-// returns the first element of piece i (piece_begin(count, parts, parts) == count).
-inline std::size_t piece_begin(std::size_t count, int parts, int i) {
-  return count / parts * i + std::min<std::size_t>(i, count % parts);
-}
+// Reduction kernels take Sum plus a divisor for Average (kernels/reduce.h);
+// pieces of a buffer, one per rank (core/ranges.h).
+using kernels::kernel_divisor;
+using kernels::kernel_op;
 
 }  // namespace kolo::collectives

@@ -31,6 +31,11 @@ namespace kolo::kernels {
 void reduce(DType t, Op op, void* dst, const void* const* srcs, int nsrc, std::size_t count,
             int divisor = 0);
 
+// What reduce() takes for a collective's op: Average is Sum, then a division
+// by the number of ranks.
+inline Op kernel_op(Op op) { return op == Op::Average ? Op::Sum : op; }
+inline int kernel_divisor(Op op, int ranks) { return op == Op::Average ? ranks : 0; }
+
 // In place: data[i] /= divisor (floating types only).
 void divide(DType t, void* data, std::size_t count, int divisor);
 
