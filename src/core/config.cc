@@ -55,7 +55,9 @@ std::vector<Setting> job_wide_settings() {
   return {
       {"KOLO_TRANSPORT", transport()},
       {"KOLO_GPU_TRANSPORT", gpu_transport()},
+      {"KOLO_GPU_PART_BYTES", num(gpu_part_bytes())},
       {"KOLO_GPU_IPC_BYTES", num(gpu_ipc_bytes())},
+      {"KOLO_GPU_IPC_SHARDED_BYTES", num(gpu_ipc_sharded_bytes())},
       {"KOLO_HIERARCHICAL", hierarchical() ? "1" : "0"},
       {"KOLO_SHM_CHUNK", num(shm_chunk_bytes())},
       {"KOLO_RING_SEGMENT", num(ring_segment_bytes())},

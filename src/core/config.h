@@ -41,9 +41,18 @@ inline std::string gpu_transport() { return env_str("KOLO_GPU_TRANSPORT", "auto"
 // searches for, or a path. libnccl.so.2 is also the one a framework (torch)
 // already loaded into the process.
 inline std::string nccl_library() { return env_str("KOLO_NCCL_LIBRARY", "libnccl.so.2"); }
+// Bytes per part of the host plane's pipeline (transport/staged_parts.h):
+// allreduces and broadcasts larger than this move in parts, the copies
+// between device and host of one overlapping the collective on another.
+inline std::int64_t gpu_part_bytes() { return env_int("KOLO_GPU_PART_BYTES", 4 << 20); }
 // Bytes of device memory each rank lends its peers in the ipc plane: a
-// collective moves through it in rounds of this many bytes per rank.
+// collective moves through it in rounds of a third of it per rank.
 inline std::int64_t gpu_ipc_bytes() { return env_int("KOLO_GPU_IPC_BYTES", 32 << 20); }
+// Allreduces of at least this many bytes on 3 or more ranks are reduce-scatter
+// then allgather in the ipc plane (each rank reduces a piece); smaller ones,
+// and every one on 2 ranks (where sharding moves as many bytes), are one
+// kernel per rank over all the inputs. A guess until measured on a GPU.
+inline std::int64_t gpu_ipc_sharded_bytes() { return env_int("KOLO_GPU_IPC_SHARDED_BYTES", 8 << 20); }
 // Bytes per rank and pipeline stage of the shared-memory collectives: big
 // enough to amortise one flag synchronisation, small enough to stay in cache.
 inline std::int64_t shm_chunk_bytes() { return env_int("KOLO_SHM_CHUNK", 256 << 10); }

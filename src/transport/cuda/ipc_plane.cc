@@ -5,16 +5,24 @@
 // Each rank lends its peers one device buffer, its inbox (KOLO_GPU_IPC_BYTES,
 // the same on every rank), allocated at the first collective's issue and
 // mapped by every peer (cudaIpcOpenMemHandle) at its run, the handles
-// exchanged through the host transport inside that collective. A collective
-// moves in rounds of at most one inbox per rank:
-//   1. each rank copies its part of the round into its inbox (kolo's stream,
-//      after the caller's input event), and waits for the copy;
-//   2. host barrier: every inbox holds its part;
-//   3. each rank reads its peers' inboxes — the reduction kernel over all
-//      inboxes in rank order (allreduce, reduce_scatter: so every rank gets the
-//      same bits), or copies from them (broadcast, allgather, alltoall) — into
-//      its output, and waits;
-//   4. host barrier: every inbox has been read and may be refilled.
+// exchanged through the host transport inside that collective. The inbox is
+// cut into three sections, used in turn, one per round; a collective moves
+// in rounds of at most one section per rank. A round:
+//   1. each rank copies its part of the round into its section (kolo's
+//      stream, after the caller's input event), and waits for its stream;
+//   2. host barrier: every section of this round is filled, and everything
+//      every rank queued before it has run;
+//   3. each rank reads its peers' sections (queued, not waited for): the
+//      reduction kernel over all of them in rank order (allreduce,
+//      reduce_scatter: so every rank gets the same bits), or copies from them
+//      (broadcast, allgather, alltoall) into its output.
+// A section is refilled three rounds after it was filled: the barrier of the
+// round in between has seen every rank's reads of it done. Large allreduces
+// from 3 ranks on (KOLO_GPU_IPC_SHARDED_BYTES) are reduce-scatter then
+// allgather, pipelined across rounds: in round j each rank reduces its piece
+// of chunk j in place in its own section and copies every rank's reduced
+// piece of chunk j-1 into its output — each rank reads the data once instead
+// of every rank reading all of it.
 // No kernel ever waits on another rank (the host barriers do): a rank that
 // dies leaves no kernel spinning, and its peers fail in the barrier, naming it.
 #include <cuda_runtime_api.h>
@@ -25,6 +33,8 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/ranges.h"
+#include "kernels/reduce.h"
 #include "kernels/reduce_cuda.h"
 #include "transport/cuda/caller_stream.h"
 #include "transport/cuda/planes.h"
@@ -42,11 +52,18 @@ struct Card {
   std::uint64_t bytes;
 };
 
+constexpr int kSections = 3;
+
 class IpcPlane : public Plane {
  public:
-  explicit IpcPlane(int size) : size_(size), capacity_(static_cast<std::size_t>(config::gpu_ipc_bytes())) {
-    if (config::gpu_ipc_bytes() < 4096)
-      fail("KOLO_GPU_IPC_BYTES={} is too small for the ipc plane (at least 4096)", config::gpu_ipc_bytes());
+  explicit IpcPlane(int size)
+      : size_(size),
+        capacity_(static_cast<std::size_t>(config::gpu_ipc_bytes())),
+        section_(capacity_ / kSections / kAlign * kAlign),
+        sharded_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(config::gpu_ipc_sharded_bytes(), 0))) {
+    if (config::gpu_ipc_bytes() < 4096 * kSections)
+      fail("KOLO_GPU_IPC_BYTES={} is too small for the ipc plane (at least {})", config::gpu_ipc_bytes(),
+           4096 * kSections);
   }
   ~IpcPlane() override;
   const char* name() const override { return "ipc"; }
@@ -55,6 +72,10 @@ class IpcPlane : public Plane {
 
  private:
   void open_peers(const StreamTicket& t, const HostLink& host);
+  // Rank r's section of the round `ahead` rounds from now, as this process maps it.
+  char* section(int r, std::size_t ahead = 0) const {
+    return peers_[r] + (round_ + ahead) % kSections * section_;
+  }
   void sync(const StreamTicket& t, cudaStream_t s) {
     KOLO_CUDA_CHECK(cudaStreamSynchronize(s), t.what, t.device);
   }
@@ -68,10 +89,12 @@ class IpcPlane : public Plane {
       KOLO_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, s), t.what,
                       t.device);
   }
-  void reduce(const StreamTicket& t, DType dt, Op op, std::size_t offset, void* out, std::size_t count,
-              cudaStream_t s);
+  // out = every rank's section (`ahead` rounds from now) from byte `offset` on, reduced in rank order.
+  void reduce(const StreamTicket& t, const Call& c, std::size_t ahead, std::size_t offset, void* out,
+              std::size_t count, cudaStream_t s);
 
   void allreduce(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
+  void allreduce_sharded(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void broadcast(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void allgatherv(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
@@ -79,15 +102,18 @@ class IpcPlane : public Plane {
   template <class Stage, class Take>
   void rounds(const StreamTicket& t, const HostLink& host, cudaStream_t s, std::size_t total, std::size_t per,
               Stage stage, Take take);
-  void stage_blocks(const StreamTicket& t, const Call& c, cudaStream_t s, std::size_t per, std::size_t at,
-                    std::size_t n);
+  void stage_blocks(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s, std::size_t per,
+                    std::size_t at, std::size_t n);
 
   CallerStreams streams_;
   const int size_;
-  const std::size_t capacity_;  // bytes of every rank's inbox
-  int device_ = -1;             // this rank's device: the first collective's
+  const std::size_t capacity_;       // bytes of every rank's inbox
+  const std::size_t section_;        // bytes of one of its sections
+  const std::size_t sharded_bytes_;  // allreduces from this size on (3+ ranks) are sharded
+  int device_ = -1;                  // this rank's device: the first collective's
   char* inbox_ = nullptr;
-  std::vector<char*> peers_;    // every rank's inbox as this process maps it (its own: inbox_)
+  std::vector<char*> peers_;  // every rank's inbox as this process maps it (its own: inbox_)
+  std::uint64_t round_ = 0;   // rounds moved so far: the next one fills section round_ % kSections
 };
 
 IpcPlane::~IpcPlane() {
@@ -142,14 +168,14 @@ void IpcPlane::open_peers(const StreamTicket& t, const HostLink& host) {
   }
 }
 
-void IpcPlane::reduce(const StreamTicket& t, DType dt, Op op, std::size_t offset, void* out, std::size_t count,
-                      cudaStream_t s) {
+void IpcPlane::reduce(const StreamTicket& t, const Call& c, std::size_t ahead, std::size_t offset, void* out,
+                      std::size_t count, cudaStream_t s) {
   kernels::cuda::Inputs inputs;
   inputs.n = size_;
-  for (int r = 0; r < size_; ++r) inputs.in[r] = peers_[r] + offset;
-  const Op kop = op == Op::Average ? Op::Sum : op;
-  const int divisor = op == Op::Average ? size_ : 0;
-  KOLO_CUDA_CHECK(kernels::cuda::reduce(dt, kop, inputs, out, count, divisor, s), t.what, t.device);
+  for (int r = 0; r < size_; ++r) inputs.in[r] = section(r, ahead) + offset;
+  KOLO_CUDA_CHECK(kernels::cuda::reduce(c.fp.dtype, kernels::kernel_op(c.fp.op), inputs, out, count,
+                                        kernels::kernel_divisor(c.fp.op, size_), s),
+                  t.what, t.device);
 }
 
 void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
@@ -166,7 +192,12 @@ void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
     return;
   }
   switch (c.fp.kind) {
-    case Kind::Allreduce: allreduce(t, c, host, s); break;
+    case Kind::Allreduce:
+      if (size_ >= 3 && c.in_bytes >= std::max<std::size_t>(sharded_bytes_, 1))
+        allreduce_sharded(t, c, host, s);
+      else
+        allreduce(t, c, host, s);
+      break;
     case Kind::Broadcast: broadcast(t, c, host, s); break;
     case Kind::Allgather:
     case Kind::Allgatherv: allgatherv(t, c, host, s); break;
@@ -180,21 +211,18 @@ void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
 }
 
 // Every collective here moves its data in rounds of at most `per` elements
-// of `total`: stage(at, n) fills this rank's inbox, every rank waits until
-// every inbox is filled (its stream, then the host barrier), take(at, n)
-// reads the peers' inboxes, and every rank waits again before an inbox is
-// refilled. No kernel ever waits on another rank.
+// of `total`: stage(at, n) fills this rank's section of the round, every rank
+// waits until every section is filled (its stream, then the host barrier),
+// and take(at, n) queues the reads of the peers' sections.
 template <class Stage, class Take>
 void IpcPlane::rounds(const StreamTicket& t, const HostLink& host, cudaStream_t s, std::size_t total,
                       std::size_t per, Stage stage, Take take) {
-  for (std::size_t at = 0; at < total; at += per) {
+  for (std::size_t at = 0; at < total; at += per, ++round_) {
     const std::size_t n = std::min(per, total - at);
     stage(at, n);
     sync(t, s);
     host.barrier();
     take(at, n);
-    sync(t, s);
-    host.barrier();
   }
 }
 
@@ -202,27 +230,58 @@ void IpcPlane::allreduce(const StreamTicket& t, const Call& c, const HostLink& h
   const std::size_t es = dtype_size(c.fp.dtype);
   const auto* in = static_cast<const char*>(c.in);
   auto* out = static_cast<char*>(c.out);
-  rounds(t, host, s, c.fp.count, capacity_ / es,
-         [&](std::size_t at, std::size_t n) { copy(t, inbox_, in + at * es, n * es, s); },
-         [&](std::size_t at, std::size_t n) { reduce(t, c.fp.dtype, c.fp.op, 0, out + at * es, n, s); });
+  rounds(t, host, s, c.fp.count, section_ / es,
+         [&](std::size_t at, std::size_t n) { copy(t, section(host.rank), in + at * es, n * es, s); },
+         [&](std::size_t at, std::size_t n) { reduce(t, c, 0, 0, out + at * es, n, s); });
+}
+
+// Chunk j (one section) is staged in round j; in round j + 1 — after the
+// barrier that says every rank has staged chunk j + 1 and reduced its piece of
+// chunk j — every rank's piece of chunk j is copied out. One barrier per round,
+// one more at the end; the piece a rank reduces in place in its own section is
+// read by the others only after the next barrier, and a section is refilled
+// only after every read of it (three sections: chunks j - 1, j, j + 1).
+void IpcPlane::allreduce_sharded(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
+  const std::size_t es = dtype_size(c.fp.dtype), per = section_ / es, count = c.fp.count;
+  const std::size_t chunks = (count + per - 1) / per;
+  const auto* in = static_cast<const char*>(c.in);
+  auto* out = static_cast<char*>(c.out);
+  auto size_of = [&](std::size_t j) { return std::min(per, count - j * per); };
+  for (std::size_t j = 0; j <= chunks; ++j) {
+    if (j < chunks) copy(t, section(host.rank, j), in + j * per * es, size_of(j) * es, s);
+    sync(t, s);
+    host.barrier();
+    if (j < chunks) {
+      const std::size_t n = size_of(j), lo = piece_begin(n, size_, host.rank), hi = piece_begin(n, size_, host.rank + 1);
+      reduce(t, c, j, lo * es, section(host.rank, j) + lo * es, hi - lo, s);
+    }
+    if (j > 0) {
+      const std::size_t n = size_of(j - 1), base = (j - 1) * per;
+      for (int q = 0; q < size_; ++q) {
+        const std::size_t lo = piece_begin(n, size_, q), hi = piece_begin(n, size_, q + 1);
+        copy(t, out + (base + lo) * es, section(q, j - 1) + lo * es, (hi - lo) * es, s);
+      }
+    }
+  }
+  round_ += chunks;
 }
 
 void IpcPlane::broadcast(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
   const std::size_t es = dtype_size(c.fp.dtype);
   auto* data = static_cast<char*>(c.out);
   const int root = c.fp.root;
-  rounds(t, host, s, c.fp.count, capacity_ / es,
+  rounds(t, host, s, c.fp.count, section_ / es,
          [&](std::size_t at, std::size_t n) {
-           if (host.rank == root) copy(t, inbox_, data + at * es, n * es, s);
+           if (host.rank == root) copy(t, section(root), data + at * es, n * es, s);
          },
          [&](std::size_t at, std::size_t n) {
-           if (host.rank != root) copy(t, data + at * es, peers_[root], n * es, s);
+           if (host.rank != root) copy(t, data + at * es, section(root), n * es, s);
          });
 }
 
 // Round k moves elements [k*per, (k+1)*per) of every rank's block.
 void IpcPlane::allgatherv(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
-  const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es;
+  const std::size_t es = dtype_size(c.fp.dtype), per = section_ / es;
   const auto* in = static_cast<const char*>(c.in);
   auto* out = static_cast<char*>(c.out);
   std::vector<std::size_t> offset(size_ + 1, 0);
@@ -230,39 +289,39 @@ void IpcPlane::allgatherv(const StreamTicket& t, const Call& c, const HostLink& 
   const std::size_t longest = *std::max_element(c.counts.begin(), c.counts.end());
   auto part = [&](int r, std::size_t at) { return c.counts[r] > at ? std::min(per, c.counts[r] - at) : 0; };
   rounds(t, host, s, longest, per,
-         [&](std::size_t at, std::size_t) { copy(t, inbox_, in + at * es, part(host.rank, at) * es, s); },
          [&](std::size_t at, std::size_t) {
-           for (int r = 0; r < size_; ++r) copy(t, out + (offset[r] + at) * es, peers_[r], part(r, at) * es, s);
+           copy(t, section(host.rank), in + at * es, part(host.rank, at) * es, s);
+         },
+         [&](std::size_t at, std::size_t) {
+           for (int r = 0; r < size_; ++r) copy(t, out + (offset[r] + at) * es, section(r), part(r, at) * es, s);
          });
 }
 
 // Each rank's input holds size blocks of count; each round stages elements
-// [at, at + n) of every block in this rank's inbox (block q at q*per).
-void IpcPlane::stage_blocks(const StreamTicket& t, const Call& c, cudaStream_t s, std::size_t per, std::size_t at,
-                            std::size_t n) {
+// [at, at + n) of every block in this rank's section (block q at q*per).
+void IpcPlane::stage_blocks(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s,
+                            std::size_t per, std::size_t at, std::size_t n) {
   const std::size_t es = dtype_size(c.fp.dtype), count = c.fp.count;
-  copy_rows(t, inbox_, per * es, static_cast<const char*>(c.in) + at * es, count * es, n * es, size_, s);
+  copy_rows(t, section(host.rank), per * es, static_cast<const char*>(c.in) + at * es, count * es, n * es, size_, s);
 }
 
-// This rank's block of every inbox, reduced into its output.
+// This rank's block of every section, reduced into its output.
 void IpcPlane::reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
-  const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es / size_;
+  const std::size_t es = dtype_size(c.fp.dtype), per = section_ / es / size_;
   auto* out = static_cast<char*>(c.out);
-  rounds(t, host, s, c.fp.count, per, [&](std::size_t at, std::size_t n) { stage_blocks(t, c, s, per, at, n); },
-         [&](std::size_t at, std::size_t n) {
-           reduce(t, c.fp.dtype, c.fp.op, host.rank * per * es, out + at * es, n, s);
-         });
+  rounds(t, host, s, c.fp.count, per,
+         [&](std::size_t at, std::size_t n) { stage_blocks(t, c, host, s, per, at, n); },
+         [&](std::size_t at, std::size_t n) { reduce(t, c, 0, host.rank * per * es, out + at * es, n, s); });
 }
 
 // Block q of this rank's input goes to rank q: this rank's block of rank q's
-// inbox is block q of its output.
+// section is block q of its output.
 void IpcPlane::alltoall(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
-  const std::size_t es = dtype_size(c.fp.dtype), per = capacity_ / es / size_, count = c.fp.count;
+  const std::size_t es = dtype_size(c.fp.dtype), per = section_ / es / size_, count = c.fp.count;
   auto* out = static_cast<char*>(c.out);
-  rounds(t, host, s, count, per, [&](std::size_t at, std::size_t n) { stage_blocks(t, c, s, per, at, n); },
+  rounds(t, host, s, count, per, [&](std::size_t at, std::size_t n) { stage_blocks(t, c, host, s, per, at, n); },
          [&](std::size_t at, std::size_t n) {
-           for (int q = 0; q < size_; ++q)
-             copy(t, out + (q * count + at) * es, peers_[q] + host.rank * per * es, n * es, s);
+           for (int q = 0; q < size_; ++q) copy(t, out + (q * count + at) * es, section(q) + host.rank * per * es, n * es, s);
          });
 }
 

@@ -1,12 +1,17 @@
 // The data planes for CUDA memory (transport/gpu.h), made by make_plane().
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "transport/cuda/nccl_library.h"
 #include "transport/gpu.h"
 
 namespace kolo::gpu {
+
+// Blocks of staging memory and inbox sections start this many bytes apart:
+// cudaMalloc's alignment, at which copies and kernels run fastest.
+inline constexpr std::size_t kAlign = 256;
 
 // Device memory staged through pinned host memory around the host transport.
 std::unique_ptr<Plane> make_host_plane();
