@@ -147,7 +147,12 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
           [&c](const void* mine, void* all, std::size_t n) {
             c.backend->allgatherv(mine, all, std::vector<std::size_t>(c.size, n), DType::U8);
           },
-          [&c, host](const void* i, void* o) { host(*c.backend, i, o); }};
+          [&c, host](const void* i, void* o) { host(*c.backend, i, o); },
+          [&c, fp = call.fp](const void* i, void* o, std::size_t n) {
+            if (fp.kind == Kind::Allreduce) c.backend->allreduce(i, o, n, fp.dtype, fp.op);
+            else if (fp.kind == Kind::Broadcast) c.backend->broadcast(o, n, fp.dtype, fp.root);
+            else fail("{}: has no parts (allreduce and broadcast do)", kind_name(fp.kind));
+          }};
       c.gpu->run(*ticket, call, link);
     }));
   }

@@ -64,6 +64,9 @@ struct HostLink {
   std::function<void(const void* mine, void* all, std::size_t bytes)> allgather;
   // The collective itself on host buffers laid out as the device ones.
   std::function<void(const void* in, void* out)> collective;
+  // Allreduce and broadcast: the same collective on `count` of its elements
+  // (a part of the whole; transport/staged_parts.h).
+  std::function<void(const void* in, void* out, std::size_t count)> part;
 };
 
 // One collective's place in its caller's stream (caller_stream.h). Released

@@ -4,6 +4,11 @@
 // works wherever kolo's host transports do — ranks sharing a GPU, one GPU
 // each, several hosts — at the cost of two PCIe (or NVLink-C2C) copies.
 //
+// Allreduces and broadcasts larger than KOLO_GPU_PART_BYTES move in parts
+// (transport/staged_parts.h): every part's download is queued at once, and
+// each part's host collective runs as soon as its download has landed, its
+// upload queued right after — the copies overlap the host transport.
+//
 // Pinned memory is allocated at issue, on the caller's thread, grown to the
 // next power of two, and only freed with the plane: cudaFreeHost synchronises
 // the device, which would wait for a caller's stream that waits for the engine.
@@ -12,17 +17,18 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/ranges.h"
 #include "transport/cuda/caller_stream.h"
 #include "transport/cuda/planes.h"
 #include "transport/cuda/runtime.h"
+#include "transport/staged_parts.h"
 
 namespace kolo::gpu {
 
 namespace {
 
-constexpr std::size_t kAlign = 256;
 std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // The same start counts too (in place, whatever the sizes).
@@ -41,9 +47,11 @@ std::size_t staging_bytes(const Call& c) {
 
 class HostPlane : public Plane {
  public:
+  HostPlane() : part_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(config::gpu_part_bytes(), 0))) {}
   ~HostPlane() override {
     streams_.release_all();
     for (char* p : pinned_) (void)cudaFreeHost(p);
+    for (cudaEvent_t e : landed_) (void)cudaEventDestroy(e);
   }
   const char* name() const override { return "host"; }
 
@@ -76,6 +84,12 @@ class HostPlane : public Plane {
       host_out = t.staging + (reinterpret_cast<std::uintptr_t>(c.out) - lo);
     }
     KOLO_CUDA_CHECK(cudaStreamWaitEvent(s, t.input_ready, 0), t.what, t.device);
+    const bool parted = c.fp.kind == Kind::Allreduce || c.fp.kind == Kind::Broadcast;
+    if (parted && part_bytes_ > 0 && c.out_bytes > part_bytes_) {
+      in_parts(t, c, host, s, host_in, host_out);
+      t.release();
+      return;
+    }
     if (c.in_bytes > 0)
       KOLO_CUDA_CHECK(cudaMemcpyAsync(host_in, c.in, c.in_bytes, cudaMemcpyDeviceToHost, s), t.what, t.device);
     KOLO_CUDA_CHECK(cudaStreamSynchronize(s), t.what, t.device);
@@ -87,11 +101,54 @@ class HostPlane : public Plane {
   }
 
  private:
+  // The pipeline's stages on this plane's stream: downloads, each followed by
+  // an event the engine thread waits on, then the uploads in order.
+  void in_parts(StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s, char* host_in,
+                char* host_out) {
+    const std::size_t es = dtype_size(c.fp.dtype);
+    const Parts parts{c.fp.count, std::max<std::size_t>(part_bytes_ / es, 1)};
+    while (landed_.size() < parts.number()) {
+      cudaEvent_t e = nullptr;
+      KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), t.what, t.device);
+      landed_.push_back(e);
+    }
+    struct Stages {
+      HostPlane& plane;
+      StreamTicket& t;
+      const Call& c;
+      const HostLink& host;
+      cudaStream_t s;
+      char *host_in, *host_out;
+      std::size_t es;
+      void download(std::size_t i, std::size_t first, std::size_t n) {
+        KOLO_CUDA_CHECK(cudaMemcpyAsync(host_in + first * es, static_cast<const char*>(c.in) + first * es, n * es,
+                                        cudaMemcpyDeviceToHost, s),
+                        t.what, t.device);
+        KOLO_CUDA_CHECK(cudaEventRecord(plane.landed_[i], s), t.what, t.device);
+      }
+      void downloaded(std::size_t i, std::size_t, std::size_t) {
+        KOLO_CUDA_CHECK(cudaEventSynchronize(plane.landed_[i]), t.what, t.device);
+      }
+      void collective(std::size_t, std::size_t first, std::size_t n) {
+        host.part(host_in + first * es, host_out + first * es, n);
+      }
+      void upload(std::size_t, std::size_t first, std::size_t n) {
+        KOLO_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(c.out) + first * es, host_out + first * es, n * es,
+                                        cudaMemcpyHostToDevice, s),
+                        t.what, t.device);
+      }
+      void uploaded() { KOLO_CUDA_CHECK(cudaStreamSynchronize(s), t.what, t.device); }
+    } stages{*this, t, c, host, s, host_in, host_out, es};
+    run_staged(parts, c.in_bytes > 0, stages);
+  }
+
   // Declared first: destroyed last, after the staging memory, once the
   // streams waiting on its word have been let go.
   CallerStreams streams_;
   std::vector<char*> pinned_;  // every staging block allocated; the last is the current one
   std::size_t capacity_ = 0;   // bytes of the current block
+  const std::size_t part_bytes_;        // KOLO_GPU_PART_BYTES (0: never in parts)
+  std::vector<cudaEvent_t> landed_;     // one per part: its download has landed (engine thread)
 };
 
 }  // namespace
