@@ -1,7 +1,9 @@
 """The table of bench/gpu/allreduce.py's results in DIR (copy.json,
 kolo-PLANE-npN.json for the planes host and ipc, gloo-npN.json), with the issue's goals checked: kolo >= 10x
 gloo at >= 1 MiB; at 64 MiB on 2 ranks an allreduce within 3x the time of one
-device-to-device copy of the buffer; an 8-byte allreduce <= 20 us.
+device-to-device copy of the buffer; an 8-byte allreduce <= 20 us. And
+bench/gpu/ddp_step.py's DDP step (ddp-kolo-PLANE-np2.json, ddp-gloo-np2.json):
+kolo >= 2x gloo.
 
   python bench/gpu/report.py DIR > DIR/bench-gpu.md"""
 import json
@@ -66,6 +68,21 @@ def main():
         best8 = [k[8] for k in planes.values() if 8 in k]
         if best8:
             goals.append((f"{np_} ranks, 8 B: ≤ 20 µs", min(best8) <= 20, f"{min(best8):.1f} µs"))
+    ddp = {name: load(d, f"ddp-{name}-np2.json") for name in ("gloo", "kolo-host", "kolo-ipc")}
+    ddp = {k: v for k, v in ddp.items() if v}
+    if "gloo" in ddp and len(ddp) > 1:
+        first = next(iter(ddp.values()))
+        print("## DDP training step, 2 ranks sharing the GPU\n")
+        print(f"bench/gpu/ddp_step.py: ResNet-18's layers ({first['params'] / 1e6:.1f} M parameters), 32x32 "
+              f"synthetic images, batch {first['batch']} per rank, SGD; median of the timed steps.\n")
+        print("| backend | step ms | gloo / this |")
+        print("|---|---:|---:|")
+        gl = ddp["gloo"]["step_ms"]
+        for k, v in ddp.items():
+            print(f"| {k} | {v['step_ms']:.1f} | {gl / v['step_ms']:.2f}× |")
+        print()
+        best = min(v["step_ms"] for k, v in ddp.items() if k != "gloo")
+        goals.append(("DDP step, 2 ranks: kolo ≥ 2× gloo", gl / best >= 2, f"{gl / best:.2f}×"))
     print("## Goals\n")
     print("| goal | met | measured |")
     print("|---|---|---|")

@@ -29,7 +29,8 @@
 #              beside its CPU run (accuracy within a point); checkpoint + resume, bf16, SyncBatchNorm
 #   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective, then a clean next job
 #   bench      bench/gpu/allreduce.py: kolo (each plane) vs gloo on the same CUDA tensors, 2 and 4
-#              ranks, beside the device-to-device copy (bench/gpu/report.py writes the table)
+#              ranks, beside the device-to-device copy; bench/gpu/ddp_step.py: a DDP step of a
+#              ResNet-18-sized CNN, 2 ranks, kolo (each plane) vs gloo (bench/gpu/report.py writes the tables)
 # $OUT receives run.log, build.log, bench-gpu.md and bench-json.tar.gz (the tool
 # brings back at most 8 files).
 set -uo pipefail
@@ -141,6 +142,12 @@ bench() {
     $PY -m torch.distributed.run --nproc_per_node $np --master_port 29517 bench/gpu/allreduce.py \
       --system gloo --reps 3 --out "$res/gloo-np$np.json" || rc=1
   done
+  # One DDP training step (ResNet-18-sized CNN), 2 ranks on the GPU: kolo on each plane, gloo.
+  for plane in host ipc; do
+    KOLO_GPU_TRANSPORT=$plane "$KOLORUN" -np 2 --timeout 300 $PY bench/gpu/ddp_step.py --backend kolo \
+      --out "$res/ddp-kolo-$plane-np2.json" || rc=1
+  done
+  "$KOLORUN" -np 2 --timeout 300 $PY bench/gpu/ddp_step.py --backend gloo --out "$res/ddp-gloo-np2.json" || rc=1
   # At most 8 files come back from $OUT: the numbers travel as one archive.
   tar -czf "$OUT/bench-json.tar.gz" -C "$res" .
   $PY bench/gpu/report.py "$res" > "$OUT/bench-gpu.md" && cat "$OUT/bench-gpu.md"
