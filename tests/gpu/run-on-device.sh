@@ -31,6 +31,8 @@
 #   bench      bench/gpu/allreduce.py: kolo (each plane) vs gloo on the same CUDA tensors, 2 and 4
 #              ranks, beside the device-to-device copy; bench/gpu/ddp_step.py: a DDP step of a
 #              ResNet-18-sized CNN, 2 ranks, kolo (each plane) vs gloo (bench/gpu/report.py writes the tables)
+#   horovod    Horovod's test/parallel/test_torch.py as one file on 2 ranks (its CUDA cases),
+#              every failure explained (tests/horovod/run_horovod_tests.py --check)
 # $OUT receives run.log, build.log, bench-gpu.md and bench-json.tar.gz (the tool
 # brings back at most 8 files).
 set -uo pipefail
@@ -154,6 +156,21 @@ bench() {
   return $rc
 }
 step "bench: allreduce on CUDA tensors" bench
+
+# Horovod's own test_torch.py as one file on 2 ranks through the horovod.torch
+# shim: its CUDA cases run here (torch.cuda.is_available()). Every failure
+# must be explained (run_horovod_tests.py --check); the counts go in the README.
+horovod_suite() {
+  have_gpu || return 77
+  [ -f "$DEBS/horovod/test/parallel/test_torch.py" ] || { echo "no Horovod test files in $DEBS (bench/device/pack.sh)"; return 1; }
+  if ! $PY -c 'import mock' 2>/dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --target "$BUILD/pydeps" "$DEBS"/wheels/*.whl || return 1
+    export PYTHONPATH=$PYTHONPATH:$ROOT/$BUILD/pydeps
+  fi
+  $PY tests/horovod/run_horovod_tests.py "$DEBS/horovod" --mode file --apart none --launcher kolorun --check \
+    --python $PY --kolorun "$KOLORUN" --pythonpath "$ROOT/$BUILD/python" --timeout 480
+}
+step "horovod test_torch.py on CUDA" horovod_suite
 
 echo "=== done in $SECONDS s; failed: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]
