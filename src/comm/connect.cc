@@ -10,8 +10,28 @@
 #include "rendezvous/hosts.h"
 #include "rendezvous/settings_check.h"
 #include "net/nic.h"
+#include "transport/gpu.h"
 
 namespace kolo::detail {
+
+namespace {
+
+// The data plane collectives on CUDA memory will take (made at the first of
+// them, transport/gpu.h), for the line that reports the transport: a setting
+// that cannot serve this communicator is said here, and is an error at that
+// first collective.
+std::string planned_gpu_plane(int size, bool one_host) {
+  if (!gpu::built()) return "none (built without CUDA)";
+  try {
+    return gpu::planned_plane(size, one_host);
+  } catch (const Error& e) {
+    std::string why = e.what();
+    if (why.rfind(rank_prefix(), 0) == 0) why.erase(0, rank_prefix().size());  // the line names the rank already
+    return fmt::format("refused ({})", why);
+  }
+}
+
+}  // namespace
 
 void connect(Context& c) {
   auto& store = *c.store;
@@ -59,9 +79,9 @@ void connect(Context& c) {
   c.base_prefix = prefix;
   c.backend = c.make_backend(store, prefix);
   rdv::store_barrier(store, prefix + "/ready", c.rank, c.size);
-  log(LogLevel::Info, "{}{} of {} on host {} ({} of {} hosts, {} local ranks), transport {}, launcher {}",
+  log(LogLevel::Info, "{}{} of {} on host {} ({} of {} hosts, {} local ranks), transport {}, CUDA memory {}, launcher {}",
       c.world ? "subgroup " : "", c.name(c.rank), c.size, hosts.names[host], host + 1, hosts.hosts(),
-      c.local_size, c.backend->name(), c.launcher);
+      c.local_size, c.backend->name(), planned_gpu_plane(c.size, one_host), c.launcher);
 }
 
 }  // namespace kolo::detail
