@@ -61,6 +61,8 @@ def parse_args():
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--devices", type=int, default=2, help="ranks per host")
+    p.add_argument("--accelerator", choices=["auto", "cpu", "gpu"], default="auto",
+                   help="auto: gpu where this host has a GPU for each of --devices ranks, else cpu")
     p.add_argument("--num-nodes", type=int, default=1)
     p.add_argument("--backend", choices=["kolo", "gloo"], default="kolo")
     p.add_argument("--data-dir", default=DEFAULT_DIR)
@@ -82,7 +84,11 @@ def main():
     # Under kolorun the gloo run needs nothing either: kolorun sets torchrun's
     # variables, so Lightning takes its ranks as under torchrun.
     strategy = "ddp_kolo" if args.backend == "kolo" else DDPStrategy(process_group_backend="gloo")
-    trainer = pl.Trainer(accelerator="cpu", devices=args.devices, num_nodes=args.num_nodes, strategy=strategy,
+    # Lightning's gpu accelerator gives each rank of a host its own GPU.
+    accelerator = args.accelerator
+    if accelerator == "auto":
+        accelerator = "gpu" if torch.cuda.device_count() >= args.devices else "cpu"
+    trainer = pl.Trainer(accelerator=accelerator, devices=args.devices, num_nodes=args.num_nodes, strategy=strategy,
                          max_epochs=args.epochs, logger=False, default_root_dir=args.out,
                          enable_model_summary=False)
     model = FashionMNIST(args.lr)

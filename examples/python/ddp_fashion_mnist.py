@@ -9,8 +9,9 @@ max-pool, a linear layer to 10 classes) trains on Fashion-MNIST
 (examples/python/fashion_mnist_data.py); a DistributedSampler gives every
 rank its shard, DistributedDataParallel averages the gradients through the
 "kolo" process group, rank 0 draws a progress bar, and the test accuracy is
-counted over all ranks' test shards at the end. --backend gloo runs the same
-program on PyTorch's Gloo (start it with MASTER_* variables).
+counted over all ranks' test shards at the end. Where torch sees a GPU each rank
+trains on the one of its local index (DDP with device_ids; --device). --backend
+gloo runs the same program on PyTorch's Gloo (start it with MASTER_* variables).
 """
 import argparse
 import os
@@ -57,7 +58,23 @@ def parse_args():
     p.add_argument("--data-dir", default=DEFAULT_DIR)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--limit", type=int, default=0, help="train on the first N images only (smoke runs)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: the GPU of this rank's local index when torch sees one, else the CPU")
     return p.parse_args()
+
+
+def pick_device(choice, rank):
+    """The GPU of this rank's index on its host (the launcher's LOCAL_RANK, or
+    Open MPI's, MPICH's, Slurm's), shared round-robin when there are fewer, or the CPU."""
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        sys.exit(f"rank {rank}: --device cuda, but torch sees no GPU")
+    local = next((int(os.environ[v]) for v in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                               "SLURM_LOCALID") if v in os.environ), rank)
+    device = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
 
 
 def progress(epoch, epochs, done, total, loss, rate):
@@ -70,11 +87,13 @@ def progress(epoch, epochs, done, total, loss, rate):
 def evaluate(model, test_set, rank, world):
     """Every rank counts its shard of the test set; one allreduce adds the counts."""
     sampler = DistributedSampler(test_set, num_replicas=world, rank=rank, shuffle=False)
-    counts = torch.zeros(2, dtype=torch.int64)  # correct, seen
+    device = next(model.parameters()).device
+    counts = torch.zeros(2, dtype=torch.int64, device=device)  # correct, seen
     model.eval()
     with torch.no_grad():
         for x, y in DataLoader(test_set, batch_size=1000, sampler=sampler):
-            counts += torch.tensor([model(x).argmax(1).eq(y).sum().item(), len(y)])
+            x, y = x.to(device), y.to(device)
+            counts += torch.tensor([model(x).argmax(1).eq(y).sum().item(), len(y)], device=device)
     dist.all_reduce(counts)
     return counts[0].item() / counts[1].item()
 
@@ -88,19 +107,23 @@ def main():
     if args.limit:
         train_set = torch.utils.data.Subset(train_set, range(min(args.limit, len(train_set))))
 
+    device = pick_device(args.device, rank)
     torch.manual_seed(0)
-    model = DistributedDataParallel(ConvNet())  # broadcasts rank 0's parameters
+    # broadcasts rank 0's parameters
+    model = DistributedDataParallel(ConvNet().to(device), device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
     if rank == 0:
-        print(f"{world} ranks on backend {dist.get_backend()}, batch {args.batch_size} per rank", flush=True)
+        print(f"{world} ranks on backend {dist.get_backend()}, {device.type}, batch {args.batch_size} per rank",
+              flush=True)
     for epoch in range(1, args.epochs + 1):
         model.train()
         sampler.set_epoch(epoch)
         start, steps = time.time(), len(loader)
         marks = {max(1, steps * k // 10) for k in range(1, 11)}
         for i, (x, y) in enumerate(loader, 1):
+            x, y = x.to(device), y.to(device)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x), y)
             loss.backward()

@@ -36,9 +36,9 @@ def parse_args():
 
 def main():
     args = parse_args()
-    train_set, test_set = start(args)
+    train_set, test_set, device = start(args)
 
-    model = Net()
+    model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Average)
     sampler = hvd.elastic.ElasticSampler(train_set, shuffle=True, seed=args.seed)
@@ -54,7 +54,8 @@ def main():
 
     state.register_reset_callbacks([on_reset])
     if hvd.rank() == 0:
-        print(f"{hvd.size()} ranks, batch {args.batch_size} per rank, lr {args.lr * hvd.size()}", flush=True)
+        print(f"{hvd.size()} ranks on {device.type}, batch {args.batch_size} per rank, lr {args.lr * hvd.size()}",
+              flush=True)
     train(state, args, train_set)
 
     test_sampler = torch.utils.data.distributed.DistributedSampler(
@@ -65,12 +66,14 @@ def main():
 
 @hvd.elastic.run
 def train(state, args, train_set):
+    device = next(state.model.parameters()).device
     while state.epoch <= args.epochs:
         state.model.train()
         loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=state.sampler)
         steps, start = len(loader), time.time()
         marks = {max(1, steps * k // 10) for k in range(1, 11)}
         for batch_idx, (data, target) in enumerate(loader):
+            data, target = data.to(device), target.to(device)
             state.optimizer.zero_grad()
             loss = F.nll_loss(state.model(data), target)
             loss.backward()

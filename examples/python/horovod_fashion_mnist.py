@@ -4,7 +4,8 @@
 
 Fashion-MNIST from Debian's dataset-fashion-mnist (/usr/share/datasets/
 fashion-mnist, gzipped IDX files read with numpy; --data-dir overrides).
-The Horovod shape: hvd.init(), the learning rate scaled by hvd.size(),
+The Horovod shape: hvd.init(), each rank on the GPU of its local rank when
+there is one (--device), the learning rate scaled by hvd.size(),
 parameters and optimizer state broadcast from rank 0, a DistributedSampler
 shard per rank, hvd.DistributedOptimizer, metrics averaged with
 hvd.allreduce, the checkpoint written by rank 0 only, a progress bar on rank 0.
@@ -41,6 +42,8 @@ def common_args(description):
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training images (smoke tests)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: the GPU of this rank's local index when torch sees one, else the CPU")
     return p
 
 
@@ -105,11 +108,13 @@ def progress(epoch, epochs, done, total, loss, rate):
 
 
 def train(epoch, args, model, optimizer, loader, sampler):
+    device = next(model.parameters()).device
     model.train()
     sampler.set_epoch(epoch)  # a different shard order every epoch
     steps, start, seen = len(loader), time.time(), 0
     marks = {max(1, steps * k // 10) for k in range(1, 11)}
     for i, (data, target) in enumerate(loader, 1):
+        data, target = data.to(device), target.to(device)
         optimizer.zero_grad()
         loss = F.nll_loss(model(data), target)
         loss.backward()
@@ -120,10 +125,12 @@ def train(epoch, args, model, optimizer, loader, sampler):
 
 
 def test(model, loader, sampler):
+    device = next(model.parameters()).device
     model.eval()
     test_loss, correct = 0.0, 0.0
     with torch.no_grad():
         for data, target in loader:
+            data, target = data.to(device), target.to(device)
             output = model(data)
             test_loss += F.nll_loss(output, target, reduction="sum").item()
             correct += output.argmax(dim=1).eq(target).sum().item()
@@ -142,20 +149,35 @@ def save_checkpoint(path, model, optimizer, epoch):
     os.replace(tmp, path)
 
 
+def pick_device(choice):
+    """Horovod's pinning, torch.cuda.set_device(hvd.local_rank()): the GPU of
+    this rank's local index (ranks share GPUs round-robin when there are
+    fewer), or the CPU."""
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        sys.exit(f"rank {hvd.rank()}: --device cuda, but torch sees no GPU")
+    device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
 def start(args):
-    """hvd.init(), the seed and threads, and the (train, test) datasets."""
+    """hvd.init(), the seed and threads, the device, and the (train, test)
+    datasets; returns (train_set, test_set, device)."""
     hvd.init()
+    device = pick_device(args.device)
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     train_set, test_set = load(args.data_dir, "train"), load(args.data_dir, "t10k")
     if args.limit:
         train_set = torch.utils.data.Subset(train_set, range(min(args.limit, len(train_set))))
-    return train_set, test_set
+    return train_set, test_set, device
 
 
 def main():
     args = parse_args()
-    train_set, test_set = start(args)
+    train_set, test_set, device = start(args)
     train_sampler = torch.utils.data.distributed.DistributedSampler(
         train_set, num_replicas=hvd.size(), rank=hvd.rank())
     train_loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size,
@@ -165,7 +187,7 @@ def main():
     test_loader = torch.utils.data.DataLoader(test_set, batch_size=args.test_batch_size,
                                               sampler=test_sampler)
 
-    model = Net()
+    model = Net().to(device)
     # the learning rate grows with the number of ranks (the global batch grows too)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -175,8 +197,8 @@ def main():
                                          compression=compression, op=hvd.Average,
                                          gradient_predivide_factor=args.gradient_predivide_factor)
     if hvd.rank() == 0:
-        print(f"{hvd.size()} ranks, batch {args.batch_size} per rank, lr {args.lr * hvd.size()}",
-              flush=True)
+        print(f"{hvd.size()} ranks on {device.type}, batch {args.batch_size} per rank, "
+              f"lr {args.lr * hvd.size()}", flush=True)
     for epoch in range(1, args.epochs + 1):
         train(epoch, args, model, optimizer, train_loader, train_sampler)
         test(model, test_loader, test_sampler)

@@ -31,6 +31,7 @@ from kolo.ray import KoloConfig  # noqa: E402
 
 import ray  # noqa: E402
 import ray.train  # noqa: E402
+import torch  # noqa: E402
 from ray.train import Checkpoint, RunConfig, ScalingConfig  # noqa: E402
 from ray.train.torch import TorchTrainer  # noqa: E402
 
@@ -45,6 +46,9 @@ def parse_args():
     p.add_argument("--cache", help="train from this kolo cache (augmented) instead of the IDX files")
     p.add_argument("--limit", type=int, default=0, help="train on the first N samples only (smoke runs)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
+    p.add_argument("--use-gpu", choices=["auto", "yes", "no"], default="auto",
+                   help="a GPU per worker (Ray places the model and batches on it); auto: yes where this "
+                        "machine has one for each worker")
     p.add_argument("--address", default=None, help="Ray cluster (default: RAY_ADDRESS, else a local one)")
     p.add_argument("--storage-path", default=None, help="where Ray keeps the run and its checkpoint "
                    "(default: a temporary directory)")
@@ -137,6 +141,7 @@ def main():
     config = {k: getattr(a, k) for k in ("epochs", "batch_size", "lr", "limit", "threads")}
     config.update(data_dir=os.path.abspath(a.data_dir), cache=a.cache and os.path.abspath(a.cache))
     storage = a.storage_path or tempfile.mkdtemp(prefix="kolo-ray-train-")
+    use_gpu = a.use_gpu == "yes" or (a.use_gpu == "auto" and torch.cuda.device_count() >= a.num_workers)
     # The workers import fashion_mnist_data (shipped with the job) and kolo
     # (from where this driver found it: the same path on every node).
     kolo_path = os.path.dirname(os.path.dirname(os.path.abspath(kolo.__file__)))
@@ -146,7 +151,7 @@ def main():
     start = time.time()
     try:
         result = TorchTrainer(train_func, train_loop_config=config,
-                              scaling_config=ScalingConfig(num_workers=a.num_workers, use_gpu=False),
+                              scaling_config=ScalingConfig(num_workers=a.num_workers, use_gpu=use_gpu),
                               torch_config=KoloConfig(),
                               run_config=RunConfig(name="kolo-fashion-mnist", storage_path=storage)).fit()
     finally:

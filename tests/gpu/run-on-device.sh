@@ -27,6 +27,7 @@
 #              2 ranks on each plane, subgroups on 3; FSDP2 against one process with the whole batch)
 #   fashion_mnist  tests/gpu/fashion_mnist_cuda.sh: the main job (kolo_torch) on the GPU, 2 ranks,
 #              beside its CPU run (accuracy within a point); checkpoint + resume, bf16, SyncBatchNorm
+#   examples   examples/python's Horovod and DDP programs with --device cuda, 2 ranks
 #   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective, then a clean next job
 #   bench      bench/gpu/allreduce.py: kolo (each plane) vs gloo on the same CUDA tensors, 2 and 4
 #              ranks, beside the device-to-device copy; bench/gpu/ddp_step.py: a DDP step of a
@@ -132,6 +133,16 @@ process_group() {
 step "process group (DDP) on CUDA tensors" process_group
 [ -d "$DEBS/fmnist" ] && export DATA=$ROOT/$DEBS/fmnist  # the data set pack.sh carried
 step "fashion_mnist --device cuda" tests/gpu/fashion_mnist_cuda.sh "$KOLORUN" "$ROOT/$BUILD/examples/fashion_mnist/fashion_mnist" $PY
+examples_cuda() {  # the Python examples on the GPU: Horovod's shape and DDP's, 2 ranks
+  have_gpu || return 77
+  local rc=0 ex
+  for ex in horovod_fashion_mnist ddp_fashion_mnist; do
+    "$KOLORUN" -np 2 --timeout 300 $PY examples/python/$ex.py --device cuda --limit 6000 \
+      ${DATA:+--data-dir "$DATA"} $([ $ex = horovod_fashion_mnist ] && echo --checkpoint "$BUILD/hvd.pt") || rc=1
+  done
+  return $rc
+}
+step "examples --device cuda" examples_cuda
 step "kill mid GPU-collective" tests/gpu/kill_test.sh "$KOLORUN" "$ROOT/$BUILD/tests/collectives/check_collectives" $PY
 
 bench() {
