@@ -79,6 +79,7 @@ have_gpu() { $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() 
 
 build() {
   bench/device/build.sh "$DEBS" "$BUILD" check_collectives kolo_bad_input_test fingerprint_tests cuda_reduce_test \
+    reduce_kernel_bench \
     > "$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; return 1; }
   grep -E "GPU parts|CUDA .* found" "$OUT/build.log" | head -3
@@ -164,9 +165,12 @@ bench() {
       --out "$res/ddp-kolo-$plane-np2.json" || rc=1
   done
   "$KOLORUN" -np 2 --timeout 300 $PY bench/gpu/ddp_step.py --backend gloo --out "$res/ddp-gloo-np2.json" || rc=1
+  # The reduction kernel alone against the device's copy.
+  "$BUILD/bench/gpu/reduce_kernel_bench" > "$res/reduce-kernel.md" || rc=1
   # At most 8 files come back from $OUT: the numbers travel as one archive.
   tar -czf "$OUT/bench-json.tar.gz" -C "$res" .
-  $PY bench/gpu/report.py "$res" > "$OUT/bench-gpu.md" && cat "$OUT/bench-gpu.md"
+  { $PY bench/gpu/report.py "$res" && echo && cat "$res/reduce-kernel.md"; } > "$OUT/bench-gpu.md" &&
+    cat "$OUT/bench-gpu.md"
   return $rc
 }
 step "bench: allreduce on CUDA tensors" bench
