@@ -2,8 +2,10 @@
 // device's own copy: for each dtype and number of inputs, the time of one
 // reduction of 64 MiB per input and the bytes it moves per second (every
 // input read once, the output written once), beside cudaMemcpy's
-// device-to-device rate (read once, written once). Tells how close the kernel
-// is to the memory system, per dtype, before and after a change to it.
+// device-to-device rate (read once, written once); with the kernel's vector
+// loads (16 bytes of each input per thread, its default on aligned buffers)
+// and with element loads. Tells how close the kernel is to the memory system,
+// per dtype.
 //
 //   build/bench/gpu/reduce_kernel_bench > reduce-kernel.md   (exit 77 without a GPU)
 #include <cuda_runtime_api.h>
@@ -72,16 +74,22 @@ int main() {
   std::printf("64 MiB per input; GB/s counts every input read once and the output written once "
               "(bench/gpu/reduce_kernel.cc). Device-to-device copy: %.1f µs, %.0f GB/s.\n\n",
               copy_ms * 1e3, copy_gbs);
-  std::printf("| dtype | inputs | µs | GB/s | of the copy's rate |\n|---|---:|---:|---:|---:|\n");
+  std::printf("| dtype | inputs | vector loads µs | GB/s | of the copy's rate | element loads µs | GB/s | vector / element |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (DType t : {DType::F32, DType::BF16, DType::F16, DType::F64, DType::I32, DType::U8}) {
     for (int n : {2, 4}) {
       kernels::cuda::Inputs inputs;
       inputs.n = n;
       for (int r = 0; r < n; ++r) inputs.in[r] = in[r];
       const std::size_t count = kBytes / dtype_size(t);
-      const float ms = median_ms([&] { ok(kernels::cuda::reduce(t, Op::Sum, inputs, out, count, 0, nullptr), "reduce"); });
-      const double gbs = double(n + 1) * kBytes / (ms * 1e-3) / 1e9;
-      std::printf("| %s | %d | %.1f | %.0f | %.0f %% |\n", dtype_name(t), n, ms * 1e3, gbs, 100 * gbs / copy_gbs);
+      auto time = [&](kernels::cuda::Loads loads) {
+        return median_ms([&] { ok(kernels::cuda::reduce(t, Op::Sum, inputs, out, count, 0, nullptr, loads), "reduce"); });
+      };
+      const float vec = time(kernels::cuda::Loads::Vector), elem = time(kernels::cuda::Loads::Scalar);
+      const double moved = double(n + 1) * kBytes / 1e9;
+      std::printf("| %s | %d | %.1f | %.0f | %.0f %% | %.1f | %.0f | %.2f× |\n", dtype_name(t), n, vec * 1e3,
+                  moved / (vec * 1e-3), 100 * moved / (vec * 1e-3) / copy_gbs, elem * 1e3, moved / (elem * 1e-3),
+                  elem / vec);
     }
   }
   for (void* p : in) cudaFree(p);

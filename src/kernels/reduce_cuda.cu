@@ -1,7 +1,10 @@
-// CUDA reduction across ranks' buffers (reduce_cuda.h). One thread per
-// element (grid-stride): each reads element i of every input, in rank order,
-// and writes one result — every byte is read once and written once, which is
-// all an elementwise reduction can do; the inputs are peers' IPC memory.
+// CUDA reduction across ranks' buffers (reduce_cuda.h). Grid-stride: a thread
+// reads its elements of every input, in rank order, and writes their results —
+// every byte is read once and written once, which is all an elementwise
+// reduction can do; the inputs are peers' IPC memory. Where every pointer is
+// 16-byte aligned a thread takes 16 bytes of each input at once (one vector
+// load: 4 f32, 8 bf16, 16 u8), else one element; the arithmetic per element
+// is the same, and so are the bits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -76,29 +79,80 @@ __global__ void reduce_kernel(Inputs inputs, T* out, std::size_t count, Op op, i
   }
 }
 
+// The same on `vectors` runs of 16 bytes (16 / sizeof(T) elements) of each input.
 template <class T>
-cudaError_t launch(const Inputs& inputs, void* out, std::size_t count, Op op, int divisor, cudaStream_t stream) {
+__global__ void reduce_vector_kernel(Inputs inputs, T* out, std::size_t vectors, Op op, int divisor) {
+  using A = typename Acc<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t v = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
+    A acc[V];
+    uint4 raw = static_cast<const uint4*>(inputs.in[0])[v];
+    const T* x = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = load(x[k]);
+    for (int r = 1; r < inputs.n; ++r) {
+      raw = static_cast<const uint4*>(inputs.in[r])[v];
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] = combine<T>(op, acc[k], load(x[k]));
+    }
+    uint4 result;
+    T* y = reinterpret_cast<T*>(&result);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      if constexpr (std::is_floating_point_v<A>) {
+        if (divisor > 0) acc[k] /= static_cast<A>(divisor);
+      }
+      y[k] = store<T>(acc[k]);
+    }
+    reinterpret_cast<uint4*>(out)[v] = result;
+  }
+}
+
+// Enough blocks to fill the GPU several times over; the grid-stride loop does the rest.
+unsigned blocks_for(std::size_t items, int threads) {
+  const std::size_t want = (items + threads - 1) / threads;
+  return static_cast<unsigned>(want < 4096 ? (want == 0 ? 1 : want) : 4096);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+template <class T>
+cudaError_t launch(const Inputs& inputs, void* out, std::size_t count, Op op, int divisor, cudaStream_t stream,
+                   Loads loads) {
   constexpr int kThreads = 256;
-  // Enough blocks to fill the GPU several times over; the grid-stride loop does the rest.
-  const std::size_t want = (count + kThreads - 1) / kThreads;
-  const unsigned blocks = static_cast<unsigned>(want < 4096 ? (want == 0 ? 1 : want) : 4096);
-  reduce_kernel<T><<<blocks, kThreads, 0, stream>>>(inputs, static_cast<T*>(out), count, op, divisor);
+  constexpr std::size_t V = 16 / sizeof(T);
+  bool vector = loads == Loads::Vector && count >= V && aligned16(out);
+  for (int r = 0; r < inputs.n; ++r) vector = vector && aligned16(inputs.in[r]);
+  std::size_t done = 0;
+  if (vector) {
+    const std::size_t vectors = count / V;
+    reduce_vector_kernel<T><<<blocks_for(vectors, kThreads), kThreads, 0, stream>>>(inputs, static_cast<T*>(out),
+                                                                                   vectors, op, divisor);
+    done = vectors * V;
+  }
+  if (done < count) {  // the elements past the last whole vector (or all of them)
+    Inputs rest = inputs;
+    for (int r = 0; r < inputs.n; ++r) rest.in[r] = static_cast<const T*>(inputs.in[r]) + done;
+    reduce_kernel<T><<<blocks_for(count - done, kThreads), kThreads, 0, stream>>>(rest, static_cast<T*>(out) + done,
+                                                                                 count - done, op, divisor);
+  }
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t reduce(DType t, Op op, const Inputs& inputs, void* out, std::size_t count, int divisor,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, Loads loads) {
   if (count == 0) return cudaSuccess;
   switch (t) {
-    case DType::F32: return launch<float>(inputs, out, count, op, divisor, stream);
-    case DType::F64: return launch<double>(inputs, out, count, op, divisor, stream);
-    case DType::F16: return launch<__half>(inputs, out, count, op, divisor, stream);
-    case DType::BF16: return launch<__nv_bfloat16>(inputs, out, count, op, divisor, stream);
-    case DType::I32: return launch<std::int32_t>(inputs, out, count, op, 0, stream);
-    case DType::I64: return launch<std::int64_t>(inputs, out, count, op, 0, stream);
-    case DType::U8: return launch<std::uint8_t>(inputs, out, count, op, 0, stream);
+    case DType::F32: return launch<float>(inputs, out, count, op, divisor, stream, loads);
+    case DType::F64: return launch<double>(inputs, out, count, op, divisor, stream, loads);
+    case DType::F16: return launch<__half>(inputs, out, count, op, divisor, stream, loads);
+    case DType::BF16: return launch<__nv_bfloat16>(inputs, out, count, op, divisor, stream, loads);
+    case DType::I32: return launch<std::int32_t>(inputs, out, count, op, 0, stream, loads);
+    case DType::I64: return launch<std::int64_t>(inputs, out, count, op, 0, stream, loads);
+    case DType::U8: return launch<std::uint8_t>(inputs, out, count, op, 0, stream, loads);
   }
   return cudaErrorInvalidValue;
 }

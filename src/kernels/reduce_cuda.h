@@ -24,10 +24,16 @@ struct Inputs {
   int n = 0;
 };
 
+// How a thread loads its elements: 16 bytes of each input at once where every
+// pointer is 16-byte aligned (the elements past the last whole 16 bytes one
+// at a time), or always one at a time (what bench/gpu/reduce_kernel.cc
+// compares against). The results are the same bits either way.
+enum class Loads { Vector, Scalar };
+
 // Queues the reduction of `count` elements on `stream` (op: Sum, Min, Max or
 // Product; divisor > 0 divides, floating types only). `out` may be one of the
 // inputs. Returns the launch's error (cudaSuccess when queued).
 cudaError_t reduce(DType t, Op op, const Inputs& inputs, void* out, std::size_t count, int divisor,
-                   cudaStream_t stream);
+                   cudaStream_t stream, Loads loads = Loads::Vector);
 
 }  // namespace kolo::kernels::cuda

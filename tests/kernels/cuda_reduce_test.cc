@@ -1,8 +1,12 @@
 // The CUDA reduction kernel (kernels/reduce_cuda.h) against the host kernels
 // (kernels/reduce.h), bit for bit: every dtype x op x number of inputs x size,
 // with and without a divisor, on random bit patterns (NaNs with payloads,
-// infinities, signed zeros, subnormals) as well as ordinary values. Needs a
-// GPU: exit code 77 (ctest: skipped) where none can be used.
+// infinities, signed zeros, subnormals) as well as ordinary values; with the
+// kernel's vector loads (aligned buffers, and counts that leave a tail) and
+// its element loads (forced, or pointers off the 16-byte alignment), out of
+// place and in place (the output one of the inputs, as the ipc plane's
+// sharded allreduce reduces). Needs a GPU: exit code 77 (ctest: skipped)
+// where none can be used.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -46,8 +50,18 @@ void fill(DType t, std::vector<unsigned char>& bytes, std::size_t count, std::mt
   }
 }
 
-void check(DType t, Op op, int n, std::size_t count, int divisor, std::mt19937_64& rng) {
+// Where the buffers lie: each at the start of its allocation, each one
+// element past it (no longer 16-byte aligned: element loads), or the output
+// being input 0.
+enum class Layout { Aligned, Shifted, InPlace };
+const char* layout_name(Layout l) {
+  return l == Layout::Aligned ? "aligned" : l == Layout::Shifted ? "shifted" : "in place";
+}
+
+void check(DType t, Op op, int n, std::size_t count, int divisor, std::mt19937_64& rng,
+           Layout layout = Layout::Aligned, kernels::cuda::Loads loads = kernels::cuda::Loads::Vector) {
   const std::size_t bytes = count * dtype_size(t);
+  const std::size_t shift = layout == Layout::Shifted ? dtype_size(t) : 0;
   std::vector<std::vector<unsigned char>> in(n);
   std::vector<const void*> host_in(n);
   kernels::cuda::Inputs dev_in;
@@ -56,15 +70,16 @@ void check(DType t, Op op, int n, std::size_t count, int divisor, std::mt19937_6
   for (int r = 0; r < n; ++r) {
     fill(t, in[r], count, rng);
     host_in[r] = in[r].data();
-    ok(cudaMalloc(&dev[r], bytes + 1), "cudaMalloc");
-    ok(cudaMemcpy(dev[r], in[r].data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-    dev_in.in[r] = dev[r];
+    ok(cudaMalloc(&dev[r], bytes + shift + 1), "cudaMalloc");
+    ok(cudaMemcpy(static_cast<char*>(dev[r]) + shift, in[r].data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    dev_in.in[r] = static_cast<char*>(dev[r]) + shift;
   }
   std::vector<unsigned char> want(bytes), got(bytes);
   kernels::reduce(t, op, want.data(), host_in.data(), n, count, divisor);
-  void* out = nullptr;
-  ok(cudaMalloc(&out, bytes + 1), "cudaMalloc");
-  ok(kernels::cuda::reduce(t, op, dev_in, out, count, divisor, nullptr), "reduce");
+  void* allocated = nullptr;
+  if (layout != Layout::InPlace) ok(cudaMalloc(&allocated, bytes + shift + 1), "cudaMalloc");
+  void* out = layout == Layout::InPlace ? const_cast<void*>(dev_in.in[0]) : static_cast<char*>(allocated) + shift;
+  ok(kernels::cuda::reduce(t, op, dev_in, out, count, divisor, nullptr, loads), "reduce");
   ok(cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
   if (std::memcmp(got.data(), want.data(), bytes) == 0) {
     ++g_passed;
@@ -72,11 +87,12 @@ void check(DType t, Op op, int n, std::size_t count, int divisor, std::mt19937_6
     std::size_t i = 0;
     while (std::memcmp(got.data() + i * dtype_size(t), want.data() + i * dtype_size(t), dtype_size(t)) == 0) ++i;
     ++g_failed;
-    std::fprintf(stderr, "FAILED %s %s n=%d count=%zu divisor=%d: first difference at element %zu\n", dtype_name(t),
-                 op_name(op), n, count, divisor, i);
+    std::fprintf(stderr, "FAILED %s %s n=%d count=%zu divisor=%d %s%s: first difference at element %zu\n",
+                 dtype_name(t), op_name(op), n, count, divisor, layout_name(layout),
+                 loads == kernels::cuda::Loads::Scalar ? ", element loads" : "", i);
   }
   for (void* p : dev) ok(cudaFree(p), "cudaFree");
-  ok(cudaFree(out), "cudaFree");
+  if (allocated != nullptr) ok(cudaFree(allocated), "cudaFree");
 }
 
 }  // namespace
@@ -97,6 +113,15 @@ int main() {
             if (divisor > 0 && !floating) continue;
             check(t, op, n, count, divisor, rng);
           }
+  // The other ways in, on sizes with a tail after the last whole vector.
+  for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8})
+    for (Op op : {Op::Sum, Op::Max})
+      for (int n : {2, 3})
+        for (std::size_t count : {std::size_t(1003), std::size_t(65543)}) {
+          check(t, op, n, count, 0, rng, Layout::Shifted);
+          check(t, op, n, count, 0, rng, Layout::InPlace);
+          check(t, op, n, count, 0, rng, Layout::Aligned, kernels::cuda::Loads::Scalar);
+        }
   std::printf("cuda reduce kernel: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

@@ -53,6 +53,17 @@ struct Card {
 };
 
 constexpr int kSections = 3;
+// The reduction kernel loads 16 bytes of each input at once where every
+// pointer is 16-byte aligned (kernels/reduce_cuda.h): the blocks and pieces
+// a rank reduces start on such boundaries where they can.
+constexpr std::size_t kVector = 16;
+
+// Where piece q of `n` elements of `es` bytes starts, pieces cut on 16-byte
+// boundaries (the last one takes the rest): piece_begin in vectors.
+std::size_t piece_edge(std::size_t n, std::size_t es, int parts, int q) {
+  const std::size_t g = kVector / es;
+  return q == parts ? n : piece_begin(n / g, parts, q) * g;
+}
 
 class IpcPlane : public Plane {
  public:
@@ -104,6 +115,10 @@ class IpcPlane : public Plane {
               Stage stage, Take take);
   void stage_blocks(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s, std::size_t per,
                     std::size_t at, std::size_t n);
+  // Elements of each rank's block in a section (reduce_scatter, alltoall), a
+  // whole number of 16-byte vectors (a section holds at least 4096 bytes, so
+  // 16 ranks' blocks are at least 16 bytes).
+  std::size_t block_elements(std::size_t es) const { return section_ / size_ / kVector * kVector / es; }
 
   CallerStreams streams_;
   const int size_;
@@ -252,13 +267,14 @@ void IpcPlane::allreduce_sharded(const StreamTicket& t, const Call& c, const Hos
     sync(t, s);
     host.barrier();
     if (j < chunks) {
-      const std::size_t n = size_of(j), lo = piece_begin(n, size_, host.rank), hi = piece_begin(n, size_, host.rank + 1);
+      const std::size_t n = size_of(j), lo = piece_edge(n, es, size_, host.rank),
+                        hi = piece_edge(n, es, size_, host.rank + 1);
       reduce(t, c, j, lo * es, section(host.rank, j) + lo * es, hi - lo, s);
     }
     if (j > 0) {
       const std::size_t n = size_of(j - 1), base = (j - 1) * per;
       for (int q = 0; q < size_; ++q) {
-        const std::size_t lo = piece_begin(n, size_, q), hi = piece_begin(n, size_, q + 1);
+        const std::size_t lo = piece_edge(n, es, size_, q), hi = piece_edge(n, es, size_, q + 1);
         copy(t, out + (base + lo) * es, section(q, j - 1) + lo * es, (hi - lo) * es, s);
       }
     }
@@ -307,7 +323,7 @@ void IpcPlane::stage_blocks(const StreamTicket& t, const Call& c, const HostLink
 
 // This rank's block of every section, reduced into its output.
 void IpcPlane::reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
-  const std::size_t es = dtype_size(c.fp.dtype), per = section_ / es / size_;
+  const std::size_t es = dtype_size(c.fp.dtype), per = block_elements(es);
   auto* out = static_cast<char*>(c.out);
   rounds(t, host, s, c.fp.count, per,
          [&](std::size_t at, std::size_t n) { stage_blocks(t, c, host, s, per, at, n); },
@@ -317,7 +333,7 @@ void IpcPlane::reduce_scatter(const StreamTicket& t, const Call& c, const HostLi
 // Block q of this rank's input goes to rank q: this rank's block of rank q's
 // section is block q of its output.
 void IpcPlane::alltoall(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
-  const std::size_t es = dtype_size(c.fp.dtype), per = section_ / es / size_, count = c.fp.count;
+  const std::size_t es = dtype_size(c.fp.dtype), per = block_elements(es), count = c.fp.count;
   auto* out = static_cast<char*>(c.out);
   rounds(t, host, s, count, per, [&](std::size_t at, std::size_t n) { stage_blocks(t, c, host, s, per, at, n); },
          [&](std::size_t at, std::size_t n) {
