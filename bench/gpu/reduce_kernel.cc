@@ -16,32 +16,27 @@
 #include <vector>
 
 #include "kernels/reduce_cuda.h"
+#include "../../tests/common/cuda_main.h"
 
 using namespace kolo;
 
 namespace {
 
-void ok(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
-
 // Median of `reps` timings of fn() (ms), each over `iters` runs.
 template <class F>
 float median_ms(F fn, int iters = 10, int reps = 5) {
   cudaEvent_t a, b;
-  ok(cudaEventCreate(&a), "cudaEventCreate");
-  ok(cudaEventCreate(&b), "cudaEventCreate");
+  test::cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
+  test::cuda_ok(cudaEventCreate(&b), "cudaEventCreate");
   fn();  // warm-up
   std::vector<float> t;
   for (int r = 0; r < reps; ++r) {
-    ok(cudaEventRecord(a), "cudaEventRecord");
+    test::cuda_ok(cudaEventRecord(a), "cudaEventRecord");
     for (int i = 0; i < iters; ++i) fn();
-    ok(cudaEventRecord(b), "cudaEventRecord");
-    ok(cudaEventSynchronize(b), "cudaEventSynchronize");
+    test::cuda_ok(cudaEventRecord(b), "cudaEventRecord");
+    test::cuda_ok(cudaEventSynchronize(b), "cudaEventSynchronize");
     float ms = 0;
-    ok(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    test::cuda_ok(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
     t.push_back(ms / iters);
   }
   std::sort(t.begin(), t.end());
@@ -53,22 +48,18 @@ float median_ms(F fn, int iters = 10, int reps = 5) {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("skipped: no GPU\n");
-    return 77;
-  }
+  test::exit_77_without_gpu();
   cudaDeviceProp prop{};
-  ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  test::cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   constexpr std::size_t kBytes = 64u << 20;
   constexpr int kMost = 4;
   std::vector<void*> in(kMost);
-  for (auto& p : in) ok(cudaMalloc(&p, kBytes), "cudaMalloc");
+  for (auto& p : in) test::cuda_ok(cudaMalloc(&p, kBytes), "cudaMalloc");
   void* out = nullptr;
-  ok(cudaMalloc(&out, kBytes), "cudaMalloc");
-  for (void* p : in) ok(cudaMemset(p, 0, kBytes), "cudaMemset");
+  test::cuda_ok(cudaMalloc(&out, kBytes), "cudaMalloc");
+  for (void* p : in) test::cuda_ok(cudaMemset(p, 0, kBytes), "cudaMemset");
 
-  const float copy_ms = median_ms([&] { ok(cudaMemcpyAsync(out, in[0], kBytes, cudaMemcpyDeviceToDevice), "copy"); });
+  const float copy_ms = median_ms([&] { test::cuda_ok(cudaMemcpyAsync(out, in[0], kBytes, cudaMemcpyDeviceToDevice), "copy"); });
   const double copy_gbs = 2.0 * kBytes / (copy_ms * 1e-3) / 1e9;
   std::printf("# The CUDA reduction kernel vs the device's copy, %s\n\n", prop.name);
   std::printf("64 MiB per input; GB/s counts every input read once and the output written once "
@@ -83,7 +74,7 @@ int main() {
       for (int r = 0; r < n; ++r) inputs.in[r] = in[r];
       const std::size_t count = kBytes / dtype_size(t);
       auto time = [&](kernels::cuda::Loads loads) {
-        return median_ms([&] { ok(kernels::cuda::reduce(t, Op::Sum, inputs, out, count, 0, nullptr, loads), "reduce"); });
+        return median_ms([&] { test::cuda_ok(kernels::cuda::reduce(t, Op::Sum, inputs, out, count, 0, nullptr, loads), "reduce"); });
       };
       const float vec = time(kernels::cuda::Loads::Vector), elem = time(kernels::cuda::Loads::Scalar);
       const double moved = double(n + 1) * kBytes / 1e9;

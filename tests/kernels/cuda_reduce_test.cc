@@ -16,18 +16,13 @@
 
 #include "kernels/reduce.h"
 #include "kernels/reduce_cuda.h"
+#include "../common/cuda_main.h"
 
 using namespace kolo;
 
 namespace {
 
 int g_failed = 0, g_passed = 0;
-
-void ok(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
 
 // Random elements of t: 1 in 8 a random bit pattern, else a small value (so
 // that products of 16 stay finite and sums do not all overflow).
@@ -70,17 +65,17 @@ void check(DType t, Op op, int n, std::size_t count, int divisor, std::mt19937_6
   for (int r = 0; r < n; ++r) {
     fill(t, in[r], count, rng);
     host_in[r] = in[r].data();
-    ok(cudaMalloc(&dev[r], bytes + shift + 1), "cudaMalloc");
-    ok(cudaMemcpy(static_cast<char*>(dev[r]) + shift, in[r].data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    test::cuda_ok(cudaMalloc(&dev[r], bytes + shift + 1), "cudaMalloc");
+    test::cuda_ok(cudaMemcpy(static_cast<char*>(dev[r]) + shift, in[r].data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
     dev_in.in[r] = static_cast<char*>(dev[r]) + shift;
   }
   std::vector<unsigned char> want(bytes), got(bytes);
   kernels::reduce(t, op, want.data(), host_in.data(), n, count, divisor);
   void* allocated = nullptr;
-  if (layout != Layout::InPlace) ok(cudaMalloc(&allocated, bytes + shift + 1), "cudaMalloc");
+  if (layout != Layout::InPlace) test::cuda_ok(cudaMalloc(&allocated, bytes + shift + 1), "cudaMalloc");
   void* out = layout == Layout::InPlace ? const_cast<void*>(dev_in.in[0]) : static_cast<char*>(allocated) + shift;
-  ok(kernels::cuda::reduce(t, op, dev_in, out, count, divisor, nullptr, loads), "reduce");
-  ok(cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  test::cuda_ok(kernels::cuda::reduce(t, op, dev_in, out, count, divisor, nullptr, loads), "reduce");
+  test::cuda_ok(cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
   if (std::memcmp(got.data(), want.data(), bytes) == 0) {
     ++g_passed;
   } else {
@@ -91,18 +86,14 @@ void check(DType t, Op op, int n, std::size_t count, int divisor, std::mt19937_6
                  dtype_name(t), op_name(op), n, count, divisor, layout_name(layout),
                  loads == kernels::cuda::Loads::Scalar ? ", element loads" : "", i);
   }
-  for (void* p : dev) ok(cudaFree(p), "cudaFree");
-  if (allocated != nullptr) ok(cudaFree(allocated), "cudaFree");
+  for (void* p : dev) test::cuda_ok(cudaFree(p), "cudaFree");
+  if (allocated != nullptr) test::cuda_ok(cudaFree(allocated), "cudaFree");
 }
 
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("skipped: no GPU\n");
-    return 77;
-  }
+  test::exit_77_without_gpu();
   std::mt19937_64 rng(0x6b6f6c6f);
   for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8})
     for (Op op : {Op::Sum, Op::Min, Op::Max, Op::Product})
