@@ -142,17 +142,18 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
     if (!c.gpu) c.gpu = gpu::make_plane(c.size, c.cross_size == 1);
     auto ticket = c.gpu->issue(call, place);
     state = c.engine.submit(collective(c, call.fp, bytes, [&c, ticket, call, host] {
+      // Allreduce and broadcast: every element's result depends on that element only.
+      std::function<void(const void*, void*, std::size_t)> part;
+      if (call.fp.kind == Kind::Allreduce)
+        part = [&c, fp = call.fp](const void* i, void* o, std::size_t n) { c.backend->allreduce(i, o, n, fp.dtype, fp.op); };
+      else if (call.fp.kind == Kind::Broadcast)
+        part = [&c, fp = call.fp](const void*, void* o, std::size_t n) { c.backend->broadcast(o, n, fp.dtype, fp.root); };
       const gpu::HostLink link{
           c.rank, c.size, [&c] { c.backend->barrier(); },
           [&c](const void* mine, void* all, std::size_t n) {
             c.backend->allgatherv(mine, all, std::vector<std::size_t>(c.size, n), DType::U8);
           },
-          [&c, host](const void* i, void* o) { host(*c.backend, i, o); },
-          [&c, fp = call.fp](const void* i, void* o, std::size_t n) {
-            if (fp.kind == Kind::Allreduce) c.backend->allreduce(i, o, n, fp.dtype, fp.op);
-            else if (fp.kind == Kind::Broadcast) c.backend->broadcast(o, n, fp.dtype, fp.root);
-            else fail("{}: has no parts (allreduce and broadcast do)", kind_name(fp.kind));
-          }};
+          [&c, host](const void* i, void* o) { host(*c.backend, i, o); }, std::move(part)};
       c.gpu->run(*ticket, call, link);
     }));
   }

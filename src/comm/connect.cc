@@ -79,9 +79,10 @@ void connect(Context& c) {
   c.base_prefix = prefix;
   c.backend = c.make_backend(store, prefix);
   rdv::store_barrier(store, prefix + "/ready", c.rank, c.size);
-  log(LogLevel::Info, "{}{} of {} on host {} ({} of {} hosts, {} local ranks), transport {}, CUDA memory {}, launcher {}",
-      c.world ? "subgroup " : "", c.name(c.rank), c.size, hosts.names[host], host + 1, hosts.hosts(),
-      c.local_size, c.backend->name(), planned_gpu_plane(c.size, one_host), c.launcher);
+  if (log_enabled(LogLevel::Info))  // planning may load NCCL: not for a line nobody reads
+    log(LogLevel::Info, "{}{} of {} on host {} ({} of {} hosts, {} local ranks), transport {}, CUDA memory {}, launcher {}",
+        c.world ? "subgroup " : "", c.name(c.rank), c.size, hosts.names[host], host + 1, hosts.hosts(),
+        c.local_size, c.backend->name(), planned_gpu_plane(c.size, one_host), c.launcher);
 }
 
 }  // namespace kolo::detail

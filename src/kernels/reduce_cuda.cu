@@ -79,11 +79,12 @@ __global__ void reduce_kernel(Inputs inputs, T* out, std::size_t count, Op op, i
   }
 }
 
-// The same on `vectors` runs of 16 bytes (16 / sizeof(T) elements) of each input.
+// The same on `vectors` runs of kVectorBytes (one uint4: 16 / sizeof(T) elements) of each input.
 template <class T>
 __global__ void reduce_vector_kernel(Inputs inputs, T* out, std::size_t vectors, Op op, int divisor) {
   using A = typename Acc<T>::type;
-  constexpr int V = 16 / sizeof(T);
+  static_assert(sizeof(uint4) == kVectorBytes);
+  constexpr int V = kVectorBytes / sizeof(T);
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t v = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
     A acc[V];
@@ -115,15 +116,15 @@ unsigned blocks_for(std::size_t items, int threads) {
   return static_cast<unsigned>(want < 4096 ? (want == 0 ? 1 : want) : 4096);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool vector_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVectorBytes == 0; }
 
 template <class T>
 cudaError_t launch(const Inputs& inputs, void* out, std::size_t count, Op op, int divisor, cudaStream_t stream,
                    Loads loads) {
   constexpr int kThreads = 256;
-  constexpr std::size_t V = 16 / sizeof(T);
-  bool vector = loads == Loads::Vector && count >= V && aligned16(out);
-  for (int r = 0; r < inputs.n; ++r) vector = vector && aligned16(inputs.in[r]);
+  constexpr std::size_t V = kVectorBytes / sizeof(T);
+  bool vector = loads == Loads::Vector && count >= V && vector_aligned(out);
+  for (int r = 0; r < inputs.n; ++r) vector = vector && vector_aligned(inputs.in[r]);
   std::size_t done = 0;
   if (vector) {
     const std::size_t vectors = count / V;

@@ -29,6 +29,9 @@ struct Inputs {
 // at a time), or always one at a time (what bench/gpu/reduce_kernel.cc
 // compares against). The results are the same bits either way.
 enum class Loads { Vector, Scalar };
+// The vector loads' width in bytes: buffers (and the pieces of them callers
+// reduce) that start on multiples of it take them.
+inline constexpr std::size_t kVectorBytes = 16;
 
 // Queues the reduction of `count` elements on `stream` (op: Sum, Min, Max or
 // Product; divisor > 0 divides, floating types only). `out` may be one of the

@@ -64,8 +64,8 @@ struct HostLink {
   std::function<void(const void* mine, void* all, std::size_t bytes)> allgather;
   // The collective itself on host buffers laid out as the device ones.
   std::function<void(const void* in, void* out)> collective;
-  // Allreduce and broadcast: the same collective on `count` of its elements
-  // (a part of the whole; transport/staged_parts.h).
+  // The same collective on `count` of its elements (a part of the whole;
+  // transport/staged_parts.h): allreduce and broadcast, empty for the others.
   std::function<void(const void* in, void* out, std::size_t count)> part;
 };
 

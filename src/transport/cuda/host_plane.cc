@@ -84,8 +84,7 @@ class HostPlane : public Plane {
       host_out = t.staging + (reinterpret_cast<std::uintptr_t>(c.out) - lo);
     }
     KOLO_CUDA_CHECK(cudaStreamWaitEvent(s, t.input_ready, 0), t.what, t.device);
-    const bool parted = c.fp.kind == Kind::Allreduce || c.fp.kind == Kind::Broadcast;
-    if (parted && part_bytes_ > 0 && c.out_bytes > part_bytes_) {
+    if (host.part && part_bytes_ > 0 && c.out_bytes > part_bytes_) {
       in_parts(t, c, host, s, host_in, host_out);
       t.release();
       return;

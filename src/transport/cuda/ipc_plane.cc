@@ -53,12 +53,12 @@ struct Card {
 };
 
 constexpr int kSections = 3;
-// The reduction kernel loads 16 bytes of each input at once where every
-// pointer is 16-byte aligned (kernels/reduce_cuda.h): the blocks and pieces
-// a rank reduces start on such boundaries where they can.
-constexpr std::size_t kVector = 16;
+// The reduction kernel loads a vector of each input at once where every
+// pointer is aligned to it (kernels/reduce_cuda.h): the blocks and pieces a
+// rank reduces start on such boundaries where they can.
+constexpr std::size_t kVector = kernels::cuda::kVectorBytes;
 
-// Where piece q of `n` elements of `es` bytes starts, pieces cut on 16-byte
+// Where piece q of `n` elements of `es` bytes starts, pieces cut on vector
 // boundaries (the last one takes the rest): piece_begin in vectors.
 std::size_t piece_edge(std::size_t n, std::size_t es, int parts, int q) {
   const std::size_t g = kVector / es;
