@@ -13,7 +13,8 @@
 # (its "ready" key and its wait for everyone's) on every run. Cases:
 #   - init under a real mpirun, 2 and 4 ranks, shm and tcp, RUNS runs each
 #     (default 20): every run must end with exit 0 and every rank's line, and
-#     rank 0 must say it kept the store up for rank 1 (the window was hit);
+#     rank 0 must say it kept the store up for rank 1 (the window was hit;
+#     a clean run that missed it on a loaded machine is run again, 3 tries);
 #   - init with torchrun-style and Slurm variables (5 runs each);
 #   - collective: the peers allreduce with the departed rank 0 and must get a
 #     kolo error naming it at once (rank 0 closed its transport before
@@ -47,8 +48,15 @@ check() {
         grep -Eq "^early_exit rank $r: allreduce failed: .*(timed out|timeout)" "$tmp/out" && why+=" rank $r timed out;" ;;
     esac
   done
+  # A run that ended well but where rank 1 was done with the store before rank
+  # 0 left (rank 0 descheduled for the whole delay on a loaded machine) did not
+  # test the window: 2 tells the caller to run it again, up to 3 times.
+  if [ "$mode" = init ] && [ -z "$why" ] && ! grep -Eq "$LINGER_LINE" "$tmp/err" && [ "${attempt:-3}" -lt 3 ]; then
+    echo "($name: the window was missed, rank 1 was done before rank 0 left: again)"
+    return 2
+  fi
   case $mode in
-    init) grep -Eq "$LINGER_LINE" "$tmp/err" || why+=" rank 0 did not say it kept the store for rank 1;" ;;
+    init) grep -Eq "$LINGER_LINE" "$tmp/err" || why+=" rank 0 did not say it kept the store for rank 1 (3 tries);" ;;
     hold) grep -Eq "kolo rank 0: warning: rendezvous: .*rank 1\b" "$tmp/err" || why+=" rank 0 did not warn naming rank 1;" ;;
   esac
   if [ -z "$why" ]; then
@@ -100,8 +108,13 @@ for np in 2 4; do
   for transport in shm tcp; do
     ok=0
     for ((i = 1; i <= RUNS; i++)); do
-      mpirun_once $np $transport init
-      if check "mpirun -np $np $transport, run $i of $RUNS" $? $np init; then ok=$((ok + 1)); else fail=1; fi
+      for attempt in 1 2 3; do
+        mpirun_once $np $transport init
+        check "mpirun -np $np $transport, run $i of $RUNS" $? $np init
+        rc=$?
+        [ $rc -eq 2 ] || break
+      done
+      if [ $rc -eq 0 ]; then ok=$((ok + 1)); else fail=1; fi
     done
     echo "mpirun -np $np $transport: $ok of $RUNS runs ok"
   done
@@ -114,15 +127,20 @@ for launcher in torchrun slurm; do
       # A random port may be in use by another test's connection (ctest runs
       # tests side by side): then the run is repeated on another, as a user
       # would pick another MASTER_PORT; any other failure counts.
-      for _ in 1 2 3; do
-        port=$((20000 + RANDOM % 20000))
-        step=$RANDOM
-        vars_once ${launcher}_vars 2 $transport init
+      for attempt in 1 2 3; do
+        for _ in 1 2 3; do
+          port=$((20000 + RANDOM % 20000))
+          step=$RANDOM
+          vars_once ${launcher}_vars 2 $transport init
+          rc=$?
+          grep -q "cannot listen on .*: Address already in use" "$tmp/err" || break
+          echo "(port $port was in use: run $i again on another)"
+        done
+        check "$launcher variables, $transport, run $i of 5" $rc 2 init
         rc=$?
-        grep -q "cannot listen on .*: Address already in use" "$tmp/err" || break
-        echo "(port $port was in use: run $i again on another)"
+        [ $rc -eq 2 ] || break
       done
-      if check "$launcher variables, $transport, run $i of 5" $rc 2 init; then ok=$((ok + 1)); else fail=1; fi
+      if [ $rc -eq 0 ]; then ok=$((ok + 1)); else fail=1; fi
     done
     echo "$launcher variables, $transport: $ok of 5 runs ok"
   done
