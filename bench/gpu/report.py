@@ -1,5 +1,6 @@
 """The table of bench/gpu/allreduce.py's results in DIR (copy.json,
-kolo-PLANE-npN.json for the planes host and ipc, gloo-npN.json), with the issue's goals checked: kolo >= 10x
+kolo-PLANE-npN.json for the planes host and ipc, and ipc-inbox: the ipc plane
+without its direct allreduce, gloo-npN.json), with the issue's goals checked: kolo >= 10x
 gloo at >= 1 MiB; at 64 MiB on 2 ranks an allreduce within 3x the time of one
 device-to-device copy of the buffer; an 8-byte allreduce <= 20 us. And
 bench/gpu/ddp_step.py's DDP step (ddp-kolo-PLANE-np2.json, ddp-gloo-np2.json):
@@ -41,7 +42,7 @@ def main():
     goals = []
     for np_ in (2, 4):
         gloo = by_bytes(load(d, f"gloo-np{np_}.json"))
-        planes = {p: by_bytes(load(d, f"kolo-{p}-np{np_}.json")) for p in ("host", "ipc")}
+        planes = {p: by_bytes(load(d, f"kolo-{p}-np{np_}.json")) for p in ("host", "ipc", "ipc-inbox")}
         planes = {p: k for p, k in planes.items() if k}
         if not planes:
             continue

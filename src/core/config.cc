@@ -58,6 +58,7 @@ std::vector<Setting> job_wide_settings() {
       {"KOLO_GPU_PART_BYTES", num(gpu_part_bytes())},
       {"KOLO_GPU_IPC_BYTES", num(gpu_ipc_bytes())},
       {"KOLO_GPU_IPC_SHARDED_BYTES", num(gpu_ipc_sharded_bytes())},
+      {"KOLO_GPU_IPC_DIRECT_BYTES", num(gpu_ipc_direct_bytes())},
       {"KOLO_HIERARCHICAL", hierarchical() ? "1" : "0"},
       {"KOLO_SHM_CHUNK", num(shm_chunk_bytes())},
       {"KOLO_RING_SEGMENT", num(ring_segment_bytes())},

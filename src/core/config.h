@@ -53,6 +53,11 @@ inline std::int64_t gpu_ipc_bytes() { return env_int("KOLO_GPU_IPC_BYTES", 32 <<
 // and every one on 2 ranks (where sharding moves as many bytes), are one
 // kernel per rank over all the inputs. A guess until measured on a GPU.
 inline std::int64_t gpu_ipc_sharded_bytes() { return env_int("KOLO_GPU_IPC_SHARDED_BYTES", 8 << 20); }
+// Allreduces of at least this many bytes in the ipc plane read the peers'
+// buffers in place (mapped through CUDA IPC) instead of passing through its
+// own; 0: never. Below it the fewer synchronisations of the inbox's path
+// cost less than the copies they save. A guess until measured on a GPU.
+inline std::int64_t gpu_ipc_direct_bytes() { return env_int("KOLO_GPU_IPC_DIRECT_BYTES", 16 << 20); }
 // Bytes per rank and pipeline stage of the shared-memory collectives: big
 // enough to amortise one flag synchronisation, small enough to stay in cache.
 inline std::int64_t shm_chunk_bytes() { return env_int("KOLO_SHM_CHUNK", 256 << 10); }

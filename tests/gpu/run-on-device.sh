@@ -30,7 +30,8 @@
 #   examples   examples/python's Horovod and DDP programs with --device cuda, 2 ranks
 #   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective, then a clean next job
 #   bench      bench/gpu/allreduce.py: kolo (each plane) vs gloo on the same CUDA tensors, 2 and 4
-#              ranks, beside the device-to-device copy; bench/gpu/ddp_step.py: a DDP step of a
+#              ranks (2 ranks also the ipc plane without its direct allreduce), beside the
+#              device-to-device copy; bench/gpu/ddp_step.py: a DDP step of a
 #              ResNet-18-sized CNN, 2 ranks, kolo (each plane) vs gloo (bench/gpu/report.py writes the tables)
 #   horovod    Horovod's test/parallel/test_torch.py as one file on 2 ranks (its CUDA cases),
 #              every failure explained (tests/horovod/run_horovod_tests.py --check)
@@ -156,6 +157,9 @@ bench() {
       KOLO_GPU_TRANSPORT=$plane "$KOLORUN" -np $np --timeout 300 $PY bench/gpu/allreduce.py --system kolo \
         --reps 3 --out "$res/kolo-$plane-np$np.json" || rc=1
     done
+    # The ipc plane without its direct allreduce: where KOLO_GPU_IPC_DIRECT_BYTES pays.
+    [ $np = 2 ] && { KOLO_GPU_TRANSPORT=ipc KOLO_GPU_IPC_DIRECT_BYTES=0 "$KOLORUN" -np 2 --timeout 300 $PY \
+      bench/gpu/allreduce.py --system kolo --reps 3 --out "$res/kolo-ipc-inbox-np2.json" || rc=1; }
     $PY -m torch.distributed.run --nproc_per_node $np --master_port 29517 bench/gpu/allreduce.py \
       --system gloo --reps 3 --out "$res/gloo-np$np.json" || rc=1
   done

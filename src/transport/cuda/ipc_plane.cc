@@ -23,12 +23,23 @@
 // of chunk j in place in its own section and copies every rank's reduced
 // piece of chunk j-1 into its output — each rank reads the data once instead
 // of every rank reading all of it.
+// Allreduces of at least KOLO_GPU_IPC_DIRECT_BYTES skip the inbox: every rank
+// maps its peers' own input and output buffers (their CUDA IPC handles
+// exchanged at each such collective, the mappings kept open between them,
+// transport/mapping_cache.h), reduces its piece of all the inputs into its
+// output, and after a barrier copies the peers' reduced pieces from their
+// outputs into its own. On 2 ranks sharing a GPU that moves half the bytes of
+// the inbox's path (no copy in; each input read once). Where any rank's buffer
+// cannot be exported (a memory pool's, torch's expandable segments) every
+// rank takes the inbox.
 // No kernel ever waits on another rank (the host barriers do): a rank that
 // dies leaves no kernel spinning, and its peers fail in the barrier, naming it.
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "core/config.h"
@@ -39,6 +50,7 @@
 #include "transport/cuda/caller_stream.h"
 #include "transport/cuda/planes.h"
 #include "transport/cuda/runtime.h"
+#include "transport/mapping_cache.h"
 
 namespace kolo::gpu {
 
@@ -51,6 +63,24 @@ struct Card {
   std::int32_t pid;
   std::uint64_t bytes;
 };
+
+// Where a buffer lies in an allocation its peers can map.
+struct Export {
+  HandleBytes handle;
+  std::uint64_t id;      // the allocation's (cuda::Allocation::id)
+  std::uint64_t offset;  // of the buffer in it
+};
+static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(HandleBytes));
+
+// What a rank tells its peers about the buffers of a direct allreduce.
+struct DirectCard {
+  std::uint64_t ok;  // 1: both exported
+  Export in, out;
+};
+
+// Peers' allocations kept mapped per rank: a training step's buffers (the
+// caching allocator's segments, kolo's fusion buffers) are few.
+constexpr std::size_t kMappingsPerRank = 32;
 
 constexpr int kSections = 3;
 // The reduction kernel loads a vector of each input at once where every
@@ -71,7 +101,10 @@ class IpcPlane : public Plane {
       : size_(size),
         capacity_(static_cast<std::size_t>(config::gpu_ipc_bytes())),
         section_(capacity_ / kSections / kAlign * kAlign),
-        sharded_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(config::gpu_ipc_sharded_bytes(), 0))) {
+        sharded_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(config::gpu_ipc_sharded_bytes(), 0))),
+        direct_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(config::gpu_ipc_direct_bytes(), 0))),
+        mapped_(kMappingsPerRank, [this](int rank, const HandleBytes& h) { return open_buffer(rank, h); },
+                [](char* base) { (void)cudaIpcCloseMemHandle(base); }) {
     if (config::gpu_ipc_bytes() < 4096 * kSections)
       fail("KOLO_GPU_IPC_BYTES={} is too small for the ipc plane (at least {})", config::gpu_ipc_bytes(),
            4096 * kSections);
@@ -103,9 +136,18 @@ class IpcPlane : public Plane {
   // out = every rank's section (`ahead` rounds from now) from byte `offset` on, reduced in rank order.
   void reduce(const StreamTicket& t, const Call& c, std::size_t ahead, std::size_t offset, void* out,
               std::size_t count, cudaStream_t s);
+  // out = the inputs reduced in rank order (the op's divisor applied).
+  void reduce(const StreamTicket& t, const Call& c, const kernels::cuda::Inputs& inputs, void* out,
+              std::size_t count, cudaStream_t s);
 
   void allreduce(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void allreduce_sharded(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
+  bool allreduce_direct(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
+  // Where `p` lies in an allocation legacy CUDA IPC can export; false where it cannot.
+  bool describe(const void* p, Export* e);
+  // Rank `rank`'s buffer `e` as this process maps it.
+  const char* peer_buffer(int rank, const Export& e) { return mapped_.map(rank, e.id, e.handle) + e.offset; }
+  char* open_buffer(int rank, const HandleBytes& h);
   void broadcast(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void allgatherv(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
@@ -125,6 +167,10 @@ class IpcPlane : public Plane {
   const std::size_t capacity_;       // bytes of every rank's inbox
   const std::size_t section_;        // bytes of one of its sections
   const std::size_t sharded_bytes_;  // allreduces from this size on (3+ ranks) are sharded
+  const std::size_t direct_bytes_;   // allreduces from this size on read the peers' buffers (0: never)
+  const char* what_ = "";            // the collective run() serves (open_buffer's errors)
+  MappingCache mapped_;              // peers' buffers of direct allreduces
+  std::unordered_map<std::uint64_t, HandleBytes> exported_;  // this rank's, by allocation id
   int device_ = -1;                  // this rank's device: the first collective's
   char* inbox_ = nullptr;
   std::vector<char*> peers_;  // every rank's inbox as this process maps it (its own: inbox_)
@@ -134,6 +180,7 @@ class IpcPlane : public Plane {
 IpcPlane::~IpcPlane() {
   streams_.release_all();
   if (device_ >= 0) (void)cudaSetDevice(device_);
+  mapped_.clear();
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
     if (peers_[r] != nullptr && peers_[r] != inbox_) (void)cudaIpcCloseMemHandle(peers_[r]);
   if (inbox_ != nullptr) (void)cudaFree(inbox_);
@@ -188,6 +235,11 @@ void IpcPlane::reduce(const StreamTicket& t, const Call& c, std::size_t ahead, s
   kernels::cuda::Inputs inputs;
   inputs.n = size_;
   for (int r = 0; r < size_; ++r) inputs.in[r] = section(r, ahead) + offset;
+  reduce(t, c, inputs, out, count, s);
+}
+
+void IpcPlane::reduce(const StreamTicket& t, const Call& c, const kernels::cuda::Inputs& inputs, void* out,
+                      std::size_t count, cudaStream_t s) {
   KOLO_CUDA_CHECK(kernels::cuda::reduce(c.fp.dtype, kernels::kernel_op(c.fp.op), inputs, out, count,
                                         kernels::kernel_divisor(c.fp.op, size_), s),
                   t.what, t.device);
@@ -197,6 +249,7 @@ void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
   auto& t = static_cast<StreamTicket&>(ticket);
   cuda::set_device(t.device, t.what);  // the engine's thread: no need to put a device back
   const cudaStream_t s = streams_.stream(t.device, t.what);
+  what_ = t.what;
   if (peers_.empty()) open_peers(t, host);
   KOLO_CUDA_CHECK(cudaStreamWaitEvent(s, t.input_ready, 0), t.what, t.device);
   // Nothing to move: one barrier still, the collective's synchronisation
@@ -208,6 +261,7 @@ void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
   }
   switch (c.fp.kind) {
     case Kind::Allreduce:
+      if (direct_bytes_ > 0 && c.in_bytes >= direct_bytes_ && allreduce_direct(t, c, host, s)) break;
       if (size_ >= 3 && c.in_bytes >= std::max<std::size_t>(sharded_bytes_, 1))
         allreduce_sharded(t, c, host, s);
       else
@@ -280,6 +334,79 @@ void IpcPlane::allreduce_sharded(const StreamTicket& t, const Call& c, const Hos
     }
   }
   round_ += chunks;
+}
+
+bool IpcPlane::describe(const void* p, Export* e) {
+  cuda::Allocation a;
+  if (!cuda::allocation_of(p, &a) || !a.legacy_ipc) return false;
+  auto known = exported_.find(a.id);
+  if (known == exported_.end()) {
+    cudaIpcMemHandle_t h;
+    if (cudaIpcGetMemHandle(&h, const_cast<char*>(a.base)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (exported_.size() >= 1024) exported_.clear();  // ids of freed allocations pile up otherwise
+    known = exported_.emplace(a.id, HandleBytes{}).first;
+    std::memcpy(known->second.data(), &h, sizeof h);
+  }
+  e->handle = known->second;
+  e->id = a.id;
+  e->offset = static_cast<std::uint64_t>(static_cast<const char*>(p) - a.base);
+  return true;
+}
+
+char* IpcPlane::open_buffer(int rank, const HandleBytes& h) {
+  cudaIpcMemHandle_t handle;
+  std::memcpy(&handle, h.data(), sizeof handle);
+  void* p = nullptr;
+  const cudaError_t e = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("{} on cuda:{}: cannot map the buffer of rank {} through CUDA IPC: {} ({}); "
+         "KOLO_GPU_IPC_DIRECT_BYTES=0 keeps allreduces in the ipc plane's own buffers",
+         what_, device_, rank, cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  return static_cast<char*>(p);
+}
+
+// Reduce-scatter then allgather in the ranks' own buffers: rank r reduces
+// piece r of every input into piece r of its output (no other rank writes
+// there, and the others read only their own pieces of its input), and after
+// a barrier copies every other piece from its owner's output. The exchange of
+// the buffers' handles is the first barrier (every input is written: each
+// rank waited for its stream first), the last one says every peer has read
+// this rank's buffers, so its caller may write them again.
+bool IpcPlane::allreduce_direct(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
+  DirectCard mine{};
+  mine.ok = describe(c.in, &mine.in) && describe(c.out, &mine.out) ? 1 : 0;
+  sync(t, s);
+  std::vector<DirectCard> all(size_);
+  host.allgather(&mine, all.data(), sizeof mine);
+  for (const DirectCard& card : all)
+    if (card.ok == 0) return false;  // every rank sees the same cards: all take the inbox
+  const std::size_t es = dtype_size(c.fp.dtype), n = c.fp.count;
+  std::vector<const char*> outs(size_);
+  kernels::cuda::Inputs inputs;
+  inputs.n = size_;
+  const std::size_t lo = piece_edge(n, es, size_, host.rank), hi = piece_edge(n, es, size_, host.rank + 1);
+  for (int r = 0; r < size_; ++r) {
+    const bool me = r == host.rank;
+    inputs.in[r] = (me ? static_cast<const char*>(c.in) : peer_buffer(r, all[r].in)) + lo * es;
+    outs[r] = me ? static_cast<const char*>(c.out) : peer_buffer(r, all[r].out);
+  }
+  auto* out = static_cast<char*>(c.out);
+  reduce(t, c, inputs, out + lo * es, hi - lo, s);
+  sync(t, s);
+  host.barrier();
+  for (int q = 0; q < size_; ++q) {
+    if (q == host.rank) continue;
+    const std::size_t qlo = piece_edge(n, es, size_, q), qhi = piece_edge(n, es, size_, q + 1);
+    copy(t, out + qlo * es, outs[q] + qlo * es, (qhi - qlo) * es, s);
+  }
+  sync(t, s);
+  host.barrier();
+  return true;
 }
 
 void IpcPlane::broadcast(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {

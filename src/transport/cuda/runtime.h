@@ -46,4 +46,15 @@ using WaitValue32 = int (*)(cudaStream_t stream, std::uintptr_t addr, std::uint3
 WaitValue32 wait_value32();
 inline constexpr unsigned kWaitGeq = 0x0;  // CU_STREAM_WAIT_VALUE_GEQ
 
+// The device allocation that holds a pointer, as the driver knows it
+// (cuPointerGetAttributes).
+struct Allocation {
+  const char* base = nullptr;   // where it starts
+  std::uint64_t id = 0;         // unique among this process's allocations, ever
+  bool legacy_ipc = false;      // cudaIpcGetMemHandle can export it (cudaMalloc'd,
+                                // not a pool's, not a cuMemCreate mapping)
+};
+// False where the driver does not say (no such entry point, not device memory).
+bool allocation_of(const void* p, Allocation* a);
+
 }  // namespace kolo::gpu::cuda
