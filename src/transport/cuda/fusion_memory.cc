@@ -20,7 +20,10 @@ std::shared_ptr<void> allocate(std::size_t bytes, const Place& place) {
     cuda::DeviceScope on(device, kWhat);
     (void)cudaFree(q);
   });
-  KOLO_CUDA_CHECK(cudaMemset(p, 0, bytes), kWhat, place.device);
+  // On the caller's stream: a non-blocking one is not ordered after the legacy
+  // stream, where cudaMemset would queue it, and the first copy into the
+  // buffer is queued there.
+  KOLO_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_of(place)), kWhat, place.device);
   return owned;
 }
 

@@ -55,8 +55,10 @@ class HostPlane : public Plane {
   }
   const char* name() const override { return "host"; }
 
+  // The pinned memory first: a ticket whose allocation failed would release
+  // its number, and with it every earlier ticket still running (the word the
+  // callers' streams wait on only grows).
   std::shared_ptr<Ticket> issue(const Call& call, const Place& place) override {
-    auto t = streams_.issue(call.what, place);
     const std::size_t need = staging_bytes(call);
     if (need > capacity_ || pinned_.empty()) {
       // Grown to the next power of two: a training loop's sizes settle at once.
@@ -68,6 +70,7 @@ class HostPlane : public Plane {
       pinned_.push_back(static_cast<char*>(p));
       capacity_ = want;
     }
+    auto t = streams_.issue(call.what, place);
     t->staging = pinned_.back();
     return t;
   }
