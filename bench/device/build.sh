@@ -27,5 +27,5 @@ pybind11_dir=$($PY -m pybind11 --cmakedir 2>/dev/null || true)
 cmake -S "$(dirname "$0")/../.." -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOLO_BUILD_TESTS=ON \
   -DPython3_EXECUTABLE="$(command -v "$PY")" ${pybind11_dir:+-Dpybind11_DIR="$pybind11_dir"} \
   -DCMAKE_IGNORE_PREFIX_PATH=/usr -DCMAKE_PREFIX_PATH="$deps/usr;$torch_cmake" \
-  -DCMAKE_EXE_LINKER_FLAGS="$rpath_link"
+  -DCMAKE_EXE_LINKER_FLAGS="$rpath_link" -DKOLO_GPU_TEST_TIMEOUT="${KOLO_GPU_TEST_TIMEOUT:-200}"
 ninja -C "$build" kolorun fashion_mnist "${@:3}"
