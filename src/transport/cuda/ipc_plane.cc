@@ -95,6 +95,19 @@ std::size_t piece_edge(std::size_t n, std::size_t es, int parts, int q) {
   return q == parts ? n : piece_begin(n / g, parts, q) * g;
 }
 
+// A peer's allocation mapped into this process; on failure `fail_with(error)`
+// (which throws) after the runtime's last error is cleared.
+template <class Fail>
+char* open_mapping(const cudaIpcMemHandle_t& handle, Fail fail_with) {
+  void* p = nullptr;
+  const cudaError_t e = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail_with(e);
+  }
+  return static_cast<char*>(p);
+}
+
 class IpcPlane : public Plane {
  public:
   explicit IpcPlane(int size)
@@ -218,15 +231,11 @@ void IpcPlane::open_peers(const StreamTicket& t, const HostLink& host) {
     if (all[r].bytes != capacity_)
       fail("{}: rank {} lends {} bytes of device memory to the ipc plane, this rank {} (KOLO_GPU_IPC_BYTES differs)",
            t.what, r, all[r].bytes, capacity_);
-    void* p = nullptr;
-    const cudaError_t e = cudaIpcOpenMemHandle(&p, all[r].handle, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
+    peers_[r] = open_mapping(all[r].handle, [&](cudaError_t e) {
       fail("{} on cuda:{}: cannot map the device memory of rank {} (pid {}, cuda:{} in its process) through CUDA "
            "IPC: {} ({}); KOLO_GPU_TRANSPORT=host works without it",
            t.what, t.device, r, all[r].pid, all[r].device, cudaGetErrorString(e), cudaGetErrorName(e));
-    }
-    peers_[r] = static_cast<char*>(p);
+    });
   }
 }
 
@@ -359,15 +368,11 @@ bool IpcPlane::describe(const void* p, Export* e) {
 char* IpcPlane::open_buffer(int rank, const HandleBytes& h) {
   cudaIpcMemHandle_t handle;
   std::memcpy(&handle, h.data(), sizeof handle);
-  void* p = nullptr;
-  const cudaError_t e = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+  return open_mapping(handle, [&](cudaError_t e) {
     fail("{} on cuda:{}: cannot map the buffer of rank {} through CUDA IPC: {} ({}); "
          "KOLO_GPU_IPC_DIRECT_BYTES=0 keeps allreduces in the ipc plane's own buffers",
          what_, device_, rank, cudaGetErrorString(e), cudaGetErrorName(e));
-  }
-  return static_cast<char*>(p);
+  });
 }
 
 // Reduce-scatter then allgather in the ranks' own buffers: rank r reduces
