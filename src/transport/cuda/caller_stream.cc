@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "core/config.h"
 #include "core/log.h"
 #include "transport/cuda/runtime.h"
 
@@ -34,12 +35,20 @@ CallerStreams::~CallerStreams() {
   // Nothing is queued any more (the engine went first): let every stream go
   // before the memory it waits on is freed.
   release_all();
+  drain();
   for (auto& [device, s] : streams_) {
     (void)cudaSetDevice(device);
-    (void)cudaStreamSynchronize(s);
     (void)cudaStreamDestroy(s);
   }
   if (flag_ != nullptr) (void)cudaFreeHost(flag_);
+}
+
+void CallerStreams::drain() {
+  for (auto& [device, s] : streams_) {
+    (void)cudaSetDevice(device);
+    (void)cuda::poll([s = s] { return cudaStreamQuery(s); }, std::chrono::milliseconds(config::timeout_ms()));
+  }
+  (void)cudaGetLastError();
 }
 
 std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place& place) {

@@ -60,6 +60,10 @@ class CallerStreams {
   // Every stream may go on (before a plane frees memory: cudaFree and
   // cudaFreeHost synchronise the device).
   void release_all();
+  // Waits (KOLO_TIMEOUT_MS at most each; destructors: never throws) until
+  // kolo's streams have run what was queued on them: before a plane unmaps or
+  // frees memory they may still read.
+  void drain();
   // kolo's stream on `device` (engine thread), made at first use.
   cudaStream_t stream(int device, const char* what);
 

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "core/config.h"
@@ -50,8 +51,10 @@ class HostPlane : public Plane {
   HostPlane() : part_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(config::gpu_part_bytes(), 0))) {}
   ~HostPlane() override {
     streams_.release_all();
+    streams_.drain();  // a failed collective may have left copies of the pinned memory queued
     for (char* p : pinned_) (void)cudaFreeHost(p);
-    for (cudaEvent_t e : landed_) (void)cudaEventDestroy(e);
+    for (auto& [device, events] : landed_)
+      for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
   }
   const char* name() const override { return "host"; }
 
@@ -94,11 +97,11 @@ class HostPlane : public Plane {
     }
     if (c.in_bytes > 0)
       KOLO_CUDA_CHECK(cudaMemcpyAsync(host_in, c.in, c.in_bytes, cudaMemcpyDeviceToHost, s), t.what, t.device);
-    KOLO_CUDA_CHECK(cudaStreamSynchronize(s), t.what, t.device);
+    cuda::synchronize(s, t.what, t.device);
     host.collective(host_in, host_out);
     if (c.out_bytes > 0)
       KOLO_CUDA_CHECK(cudaMemcpyAsync(c.out, host_out, c.out_bytes, cudaMemcpyHostToDevice, s), t.what, t.device);
-    KOLO_CUDA_CHECK(cudaStreamSynchronize(s), t.what, t.device);
+    cuda::synchronize(s, t.what, t.device);
     t.release();
   }
 
@@ -109,13 +112,14 @@ class HostPlane : public Plane {
                 char* host_out) {
     const std::size_t es = dtype_size(c.fp.dtype);
     const Parts parts{c.fp.count, std::max<std::size_t>(part_bytes_ / es, 1)};
-    while (landed_.size() < parts.number()) {
+    std::vector<cudaEvent_t>& landed = landed_[t.device];  // an event records on its own device's streams only
+    while (landed.size() < parts.number()) {
       cudaEvent_t e = nullptr;
       KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), t.what, t.device);
-      landed_.push_back(e);
+      landed.push_back(e);
     }
     struct Stages {
-      HostPlane& plane;
+      std::vector<cudaEvent_t>& landed;
       StreamTicket& t;
       const Call& c;
       const HostLink& host;
@@ -126,10 +130,10 @@ class HostPlane : public Plane {
         KOLO_CUDA_CHECK(cudaMemcpyAsync(host_in + first * es, static_cast<const char*>(c.in) + first * es, n * es,
                                         cudaMemcpyDeviceToHost, s),
                         t.what, t.device);
-        KOLO_CUDA_CHECK(cudaEventRecord(plane.landed_[i], s), t.what, t.device);
+        KOLO_CUDA_CHECK(cudaEventRecord(landed[i], s), t.what, t.device);
       }
       void downloaded(std::size_t i, std::size_t, std::size_t) {
-        KOLO_CUDA_CHECK(cudaEventSynchronize(plane.landed_[i]), t.what, t.device);
+        cuda::synchronize(landed[i], t.what, t.device);
       }
       void collective(std::size_t, std::size_t first, std::size_t n) {
         host.part(host_in + first * es, host_out + first * es, n);
@@ -139,8 +143,8 @@ class HostPlane : public Plane {
                                         cudaMemcpyHostToDevice, s),
                         t.what, t.device);
       }
-      void uploaded() { KOLO_CUDA_CHECK(cudaStreamSynchronize(s), t.what, t.device); }
-    } stages{*this, t, c, host, s, host_in, host_out, es};
+      void uploaded() { cuda::synchronize(s, t.what, t.device); }
+    } stages{landed, t, c, host, s, host_in, host_out, es};
     run_staged(parts, c.in_bytes > 0, stages);
   }
 
@@ -150,7 +154,7 @@ class HostPlane : public Plane {
   std::vector<char*> pinned_;  // every staging block allocated; the last is the current one
   std::size_t capacity_ = 0;   // bytes of the current block
   const std::size_t part_bytes_;        // KOLO_GPU_PART_BYTES (0: never in parts)
-  std::vector<cudaEvent_t> landed_;     // one per part: its download has landed (engine thread)
+  std::map<int, std::vector<cudaEvent_t>> landed_;  // by device, one per part: its download has landed (engine thread)
 };
 
 }  // namespace

@@ -133,9 +133,7 @@ class IpcPlane : public Plane {
   char* section(int r, std::size_t ahead = 0) const {
     return peers_[r] + (round_ + ahead) % kSections * section_;
   }
-  void sync(const StreamTicket& t, cudaStream_t s) {
-    KOLO_CUDA_CHECK(cudaStreamSynchronize(s), t.what, t.device);
-  }
+  void sync(const StreamTicket& t, cudaStream_t s) { cuda::synchronize(s, t.what, t.device); }
   void copy(const StreamTicket& t, void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
     if (bytes > 0) KOLO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), t.what, t.device);
   }
@@ -192,6 +190,7 @@ class IpcPlane : public Plane {
 
 IpcPlane::~IpcPlane() {
   streams_.release_all();
+  streams_.drain();  // a failed collective may have left reads of the mappings queued
   if (device_ >= 0) (void)cudaSetDevice(device_);
   mapped_.clear();
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)

@@ -11,7 +11,7 @@ namespace kolo::gpu::nccl {
 
 namespace {
 
-constexpr int kOldest = 21000;  // 2.10.0: ncclAvg
+constexpr int kOldest = 21000;  // 2.10.0: ncclBfloat16
 
 template <class Fn>
 bool resolve(void* handle, const char* name, Fn& fn, std::string& why) {

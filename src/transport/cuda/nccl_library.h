@@ -1,7 +1,7 @@
 // NCCL, loaded at run time (dlopen): a kolo build needs neither NCCL's
 // headers nor its library, and a machine without it still runs every other
 // data plane. The few declarations kolo uses are NCCL's C ABI as nccl.h
-// (2.x) defines it — stable since NCCL 2.0; ncclAvg since 2.10, the oldest
+// (2.x) defines it — stable since NCCL 2.0; ncclBfloat16 since 2.10, the oldest
 // release kolo accepts.
 #pragma once
 
@@ -23,7 +23,7 @@ struct UniqueId {
 // ncclDataType_t and ncclRedOp_t values.
 enum DataType : int { kInt8 = 0, kUint8 = 1, kInt32 = 2, kInt64 = 4, kFloat16 = 6, kFloat32 = 7, kFloat64 = 8,
                       kBfloat16 = 9 };
-enum RedOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
+enum RedOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };  // kolo divides for Average itself
 
 // The functions kolo calls, resolved from the library.
 struct Library {

@@ -24,11 +24,11 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
-#include <thread>
 #include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
+#include "kernels/reduce_cuda.h"
 #include "transport/cuda/caller_stream.h"
 #include "transport/cuda/nccl_library.h"
 #include "transport/cuda/planes.h"
@@ -54,7 +54,7 @@ int nccl_type(DType t) {
 int nccl_op(Op op) {
   switch (op) {
     case Op::Sum: return nccl::kSum;
-    case Op::Average: return nccl::kAvg;
+    case Op::Average: return nccl::kSum;  // then kolo's divide (divide_average)
     case Op::Min: return nccl::kMin;
     case Op::Max: return nccl::kMax;
     case Op::Product: return nccl::kProd;
@@ -110,10 +110,12 @@ class NcclPlane : public Plane {
     switch (c.fp.kind) {
       case Kind::Allreduce:
         check(t, lib_.all_reduce(in, out, c.out_bytes / unit, nccl_type(c.fp.dtype), nccl_op(c.fp.op), comm_, s));
+        divide_average(t, c, unit, s);
         break;
       case Kind::ReduceScatter:
         check(t, lib_.reduce_scatter(in, out, c.out_bytes / unit, nccl_type(c.fp.dtype), nccl_op(c.fp.op), comm_,
                                      s));
+        divide_average(t, c, unit, s);
         break;
       // The data movers move bytes: any dtype, f16 and bf16 included.
       case Kind::Broadcast:
@@ -138,6 +140,18 @@ class NcclPlane : public Plane {
     if (r == nccl::kSuccess || r == nccl::kInProgress) return;
     abort();
     fail("{} on cuda:{}: NCCL ({}) failed: {}", t.what, t.device, lib_.path, lib_.get_error_string(r));
+  }
+
+  // Average: NCCL's ncclAvg scales each input by 1/n before summing (floats),
+  // which is not kolo's sum divided by n bit for bit: the sum divided here by
+  // kolo's own kernel, as the ipc plane and the host do.
+  void divide_average(const StreamTicket& t, const Call& c, std::size_t unit, cudaStream_t s) {
+    if (c.fp.op != Op::Average) return;
+    kernels::cuda::Inputs sum;
+    sum.n = 1;
+    sum.in[0] = c.out;
+    KOLO_CUDA_CHECK(kernels::cuda::reduce(c.fp.dtype, Op::Sum, sum, c.out, c.out_bytes / unit, size_, s), t.what,
+                    t.device);
   }
 
   void abort() {
@@ -188,34 +202,23 @@ class NcclPlane : public Plane {
 
   // Until the stream has run the NCCL call (see the file's comment).
   void wait(const StreamTicket& t, cudaStream_t s) {
-    using Clock = std::chrono::steady_clock;
-    const auto start = Clock::now();
-    const auto limit = std::chrono::milliseconds(config::timeout_ms());
-    for (int polls = 0;; ++polls) {
-      const cudaError_t e = cudaStreamQuery(s);
-      if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) {
-        abort();
-        KOLO_CUDA_CHECK(e, t.what, t.device);
-      }
-      nccl::Result async = nccl::kSuccess;
-      if (lib_.comm_get_async_error(comm_, &async) != nccl::kSuccess ||
-          (async != nccl::kSuccess && async != nccl::kInProgress)) {
-        abort();
-        fail("{} on cuda:{}: NCCL ({}) reported: {}", t.what, t.device, lib_.path, lib_.get_error_string(async));
-      }
-      if (Clock::now() - start > limit) {
-        abort();
-        fail("{} on cuda:{}: NCCL did not complete within KOLO_TIMEOUT_MS={} ms (a peer stopped or died?); the "
-             "NCCL communicator was aborted",
-             t.what, t.device, config::timeout_ms());
-      }
-      // A small collective completes in microseconds: spin first, then let the core go.
-      if (polls < 1000)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    const cudaError_t e = cuda::poll([s] { return cudaStreamQuery(s); },
+                                     std::chrono::milliseconds(config::timeout_ms()), [&] {
+                                       nccl::Result async = nccl::kSuccess;
+                                       if (lib_.comm_get_async_error(comm_, &async) != nccl::kSuccess ||
+                                           (async != nccl::kSuccess && async != nccl::kInProgress)) {
+                                         abort();
+                                         fail("{} on cuda:{}: NCCL ({}) reported: {}", t.what, t.device, lib_.path,
+                                              lib_.get_error_string(async));
+                                       }
+                                     });
+    if (e == cudaSuccess) return;
+    abort();
+    if (e == cudaErrorNotReady)
+      fail("{} on cuda:{}: NCCL did not complete within KOLO_TIMEOUT_MS={} ms (a peer stopped or died?); the "
+           "NCCL communicator was aborted",
+           t.what, t.device, config::timeout_ms());
+    cuda::check(e, "cudaStreamQuery", t.what, t.device);
   }
 
   // Declared first: destroyed last, once the streams waiting on its word have been let go.

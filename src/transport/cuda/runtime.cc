@@ -3,7 +3,9 @@
 #include <cuda.h>
 
 #include <mutex>
+#include <thread>
 
+#include "core/config.h"
 #include "core/error.h"
 
 namespace kolo::gpu::cuda {
@@ -17,19 +19,20 @@ void check(cudaError_t err, const char* call, const char* what, int device) {
   fail("{} on cuda:{}: {} failed: {} ({})", what, device, call, cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
-DeviceScope::DeviceScope(int device, const char* what) : device_(device) {
-  KOLO_CUDA_CHECK(cudaGetDevice(&previous_), what, device);
-  if (previous_ != device) KOLO_CUDA_CHECK(cudaSetDevice(device), what, device);
-}
-
-void set_device(int device, const char* what) {
-  int now = -1;
-  KOLO_CUDA_CHECK(cudaGetDevice(&now), what, device);
-  if (now != device) KOLO_CUDA_CHECK(cudaSetDevice(device), what, device);
-}
-
-DeviceScope::~DeviceScope() {
-  if (previous_ != device_) (void)cudaSetDevice(previous_);
+cudaError_t poll(const std::function<cudaError_t()>& done, std::chrono::milliseconds limit,
+                 const std::function<void()>& between) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  for (int polls = 0;; ++polls) {
+    const cudaError_t e = done();
+    if (e != cudaErrorNotReady) return e;
+    if (between) between();
+    if (Clock::now() - start > limit) return e;
+    if (polls < 1000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 namespace {
@@ -46,7 +49,61 @@ void* driver_function(const char* name, int version) {
   return p;
 }
 
+void await(const std::function<cudaError_t()>& done, const char* call, const char* what, int device) {
+  const cudaError_t e = poll(done, std::chrono::milliseconds(config::timeout_ms()));
+  if (e == cudaErrorNotReady)
+    fail("{} on cuda:{}: the GPU did not finish kolo's copies and kernels within KOLO_TIMEOUT_MS={} ms (they run "
+         "after the work queued on the caller's stream before the collective: does it end?)",
+         what, device, config::timeout_ms());
+  check(e, call, what, device);
+}
+
 }  // namespace
+
+void synchronize(cudaStream_t s, const char* what, int device) {
+  await([s] { return cudaStreamQuery(s); }, "cudaStreamQuery", what, device);
+}
+
+void synchronize(cudaEvent_t e, const char* what, int device) {
+  await([e] { return cudaEventQuery(e); }, "cudaEventQuery", what, device);
+}
+
+DeviceScope::DeviceScope(int device, const char* what) : device_(device) {
+  KOLO_CUDA_CHECK(cudaGetDevice(&previous_), what, device);
+  if (previous_ != device) KOLO_CUDA_CHECK(cudaSetDevice(device), what, device);
+}
+
+void set_device(int device, const char* what) {
+  int now = -1;
+  KOLO_CUDA_CHECK(cudaGetDevice(&now), what, device);
+  if (now != device) KOLO_CUDA_CHECK(cudaSetDevice(device), what, device);
+}
+
+namespace {
+
+// Whether `device` has its primary context (the runtime's) made already.
+// Unknown (no such entry point) counts as made.
+bool has_context(int device) {
+  using Get = CUresult (*)(CUdevice*, int);
+  using State = CUresult (*)(CUdevice, unsigned*, int*);
+  static const auto get = reinterpret_cast<Get>(driver_function("cuDeviceGet", 2000));
+  static const auto state = reinterpret_cast<State>(driver_function("cuDevicePrimaryCtxGetState", 7000));
+  CUdevice d = 0;
+  unsigned flags = 0;
+  int active = 1;
+  if (get == nullptr || state == nullptr || get(&d, device) != CUDA_SUCCESS) return true;
+  return state(d, &flags, &active) != CUDA_SUCCESS || active != 0;
+}
+
+}  // namespace
+
+DeviceScope::~DeviceScope() {
+  // Since CUDA 12 cudaSetDevice makes the device's context: putting back a
+  // device the caller never used (a thread that never chose one reads 0)
+  // would put a context, hundreds of MiB, on GPU 0 in every rank. Left as
+  // torch's device guard leaves it then.
+  if (previous_ != device_ && has_context(previous_)) (void)cudaSetDevice(previous_);
+}
 
 WaitValue32 wait_value32() {
   // As CUDA 12.0 defined it (cuStreamWaitValue32_v2).

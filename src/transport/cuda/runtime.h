@@ -11,7 +11,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 
 namespace kolo::gpu::cuda {
 
@@ -20,10 +22,26 @@ namespace kolo::gpu::cuda {
 void check(cudaError_t err, const char* call, const char* what, int device);
 #define KOLO_CUDA_CHECK(call, what, device) ::kolo::gpu::cuda::check((call), #call, (what), (device))
 
+// Polls `done` (cudaStreamQuery or cudaEventQuery of kolo's own work) until
+// it says the work has finished, and returns what it said last: cudaSuccess,
+// CUDA's error, or cudaErrorNotReady once `limit` has passed. A small
+// collective's work ends in microseconds: it spins first, then sleeps 50 µs
+// between polls. `between` (which may throw) runs after each poll that found
+// the work unfinished.
+cudaError_t poll(const std::function<cudaError_t()>& done, std::chrono::milliseconds limit,
+                 const std::function<void()>& between = {});
+
+// Until everything queued on `s` (or before `e`) has run. Never for ever:
+// past KOLO_TIMEOUT_MS it fails, naming `what` and the device — kolo's stream
+// waits on the caller's, whose work before the collective may never end.
+void synchronize(cudaStream_t s, const char* what, int device);
+void synchronize(cudaEvent_t e, const char* what, int device);
+
 // Makes `device` the calling thread's current device for the scope and puts
-// the caller's back after it (a framework's thread relies on its own). On
-// kolo's own threads use set_device(): putting device 0 back would create a
-// context on GPU 0 in every rank (cudaSetDevice initialises it).
+// the caller's back after it (a framework's thread relies on its own) where
+// that device has a context already: cudaSetDevice makes one, and a thread
+// that never chose a device reads 0 — the caller's device is then left as
+// torch's device guard leaves it. On kolo's own threads use set_device().
 class DeviceScope {
  public:
   DeviceScope(int device, const char* what);
