@@ -137,12 +137,24 @@ class IpcPlane : public Plane {
   void copy(const StreamTicket& t, void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
     if (bytes > 0) KOLO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), t.what, t.device);
   }
-  // Copies `rows` rows of `width` bytes, from src every src_pitch bytes to dst every dst_pitch bytes.
+  // Copies `rows` rows of `width` bytes, from src every src_pitch bytes to dst every dst_pitch bytes:
+  // one 2D copy, or a copy per row where a pitch passes the device's limit (2^31 - 1 bytes on
+  // today's GPUs: reduce_scatter's and alltoall's blocks of 2 GiB and more).
   void copy_rows(const StreamTicket& t, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                  std::size_t width, std::size_t rows, cudaStream_t s) {
-    if (width > 0 && rows > 0)
+    if (width == 0 || rows == 0) return;
+    if (max_pitch_ == 0) {
+      int v = 0;
+      KOLO_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxPitch, t.device), t.what, t.device);
+      max_pitch_ = static_cast<std::size_t>(v);
+    }
+    if (std::max(dst_pitch, src_pitch) <= max_pitch_) {
       KOLO_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, s), t.what,
                       t.device);
+      return;
+    }
+    for (std::size_t r = 0; r < rows; ++r)
+      copy(t, static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, width, s);
   }
   // out = every rank's section (`ahead` rounds from now) from byte `offset` on, reduced in rank order.
   void reduce(const StreamTicket& t, const Call& c, std::size_t ahead, std::size_t offset, void* out,
@@ -183,6 +195,7 @@ class IpcPlane : public Plane {
   MappingCache mapped_;              // peers' buffers of direct allreduces
   std::unordered_map<std::uint64_t, HandleBytes> exported_;  // this rank's, by allocation id
   int device_ = -1;                  // this rank's device: the first collective's
+  std::size_t max_pitch_ = 0;        // its cudaDevAttrMaxPitch (0: not asked yet)
   char* inbox_ = nullptr;
   std::vector<char*> peers_;  // every rank's inbox as this process maps it (its own: inbox_)
   std::uint64_t round_ = 0;   // rounds moved so far: the next one fills section round_ % kSections
