@@ -139,7 +139,7 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
   std::shared_ptr<detail::WorkState> state;
   {
     std::lock_guard lk(c.gpu_issue);
-    if (!c.gpu) c.gpu = gpu::make_plane(c.size, c.cross_size == 1);
+    if (!c.gpu) c.gpu = gpu::make_plane(c.size, c.cross_size == 1, c.gpu_farewell());
     auto ticket = c.gpu->issue(call, place);
     state = c.engine.submit(collective(c, call.fp, bytes, [&c, ticket, call, host] {
       // Allreduce and broadcast: every element's result depends on that element only.

@@ -93,6 +93,8 @@ struct Context {
   std::mutex named_mu;
   std::unique_ptr<NamedChannel> named;
   NamedChannel& named_channel();
+  // The data plane's last word (transport/gpu.h), through the store.
+  gpu::Farewell gpu_farewell();
   Engine engine;  // declared last: destroyed first, so queued work finishes before the backend goes
 
   Work make_work(std::shared_ptr<WorkState> s) { return Work(std::move(s)); }

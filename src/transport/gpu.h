@@ -93,9 +93,17 @@ class Plane {
   virtual void run(Ticket& t, const Call& call, const HostLink& host) = 0;
 };
 
+// A plane's last word, from its destructor: tells the other ranks this rank
+// no longer maps any of their memory, and waits (KOLO_PEER_TIMEOUT_MS at
+// most) until every rank has said the same; false if one has not (gone, late,
+// or the communicator failed). Memory that peers mapped is freed only after
+// it returns true — CUDA calls freeing memory a peer still maps undefined —
+// and else left allocated until the process exits.
+using Farewell = std::function<bool()>;
+
 // The plane KOLO_GPU_TRANSPORT chooses (core/config.h) for a communicator of
 // `size` ranks, all on one host or not.
-std::unique_ptr<Plane> make_plane(int size, bool one_host);
+std::unique_ptr<Plane> make_plane(int size, bool one_host, Farewell farewell);
 // What gpu_transport() reports before the first collective on CUDA memory:
 // the plane make_plane() would make, or "none" without CUDA.
 std::string planned_plane(int size, bool one_host);

@@ -18,7 +18,7 @@ bool built() { return false; }
 
 void check(const char* what, const Place&, std::initializer_list<Buffer>) { not_built(what); }
 
-std::unique_ptr<Plane> make_plane(int, bool) { not_built("a collective"); }
+std::unique_ptr<Plane> make_plane(int, bool, Farewell) { not_built("a collective"); }
 
 std::string planned_plane(int, bool) { return "none"; }
 

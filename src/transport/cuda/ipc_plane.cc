@@ -44,6 +44,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/ranges.h"
 #include "kernels/reduce.h"
 #include "kernels/reduce_cuda.h"
@@ -110,8 +111,9 @@ char* open_mapping(const cudaIpcMemHandle_t& handle, Fail fail_with) {
 
 class IpcPlane : public Plane {
  public:
-  explicit IpcPlane(int size)
+  IpcPlane(int size, Farewell farewell)
       : size_(size),
+        farewell_(std::move(farewell)),
         capacity_(static_cast<std::size_t>(config::gpu_ipc_bytes())),
         section_(capacity_ / kSections / kAlign * kAlign),
         sharded_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(config::gpu_ipc_sharded_bytes(), 0))),
@@ -187,6 +189,7 @@ class IpcPlane : public Plane {
 
   CallerStreams streams_;
   const int size_;
+  const Farewell farewell_;          // before the inbox is freed (gpu.h)
   const std::size_t capacity_;       // bytes of every rank's inbox
   const std::size_t section_;        // bytes of one of its sections
   const std::size_t sharded_bytes_;  // allreduces from this size on (3+ ranks) are sharded
@@ -197,10 +200,17 @@ class IpcPlane : public Plane {
   int device_ = -1;                  // this rank's device: the first collective's
   std::size_t max_pitch_ = 0;        // its cudaDevAttrMaxPitch (0: not asked yet)
   char* inbox_ = nullptr;
+  bool handed_out_ = false;   // the inbox's handle went to the peers (the first collective's run)
   std::vector<char*> peers_;  // every rank's inbox as this process maps it (its own: inbox_)
   std::uint64_t round_ = 0;   // rounds moved so far: the next one fills section round_ % kSections
 };
 
+// A peer's last reads of this rank's inbox may still be queued when this
+// rank is done (its last collective ended at its own barrier): the inbox is
+// freed only once every rank has said it unmapped it — else it stays
+// allocated until the process exits. The peers' buffers of direct allreduces
+// are unmapped here too; a caller that frees such a buffer earlier relies on
+// the driver keeping it for the mapping (as CUDA IPC's users do).
 IpcPlane::~IpcPlane() {
   streams_.release_all();
   streams_.drain();  // a failed collective may have left reads of the mappings queued
@@ -208,7 +218,12 @@ IpcPlane::~IpcPlane() {
   mapped_.clear();
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
     if (peers_[r] != nullptr && peers_[r] != inbox_) (void)cudaIpcCloseMemHandle(peers_[r]);
-  if (inbox_ != nullptr) (void)cudaFree(inbox_);
+  if (inbox_ == nullptr) return;
+  if (!handed_out_ || (farewell_ && farewell_()))
+    (void)cudaFree(inbox_);
+  else
+    log(LogLevel::Info, "cuda:{}: the ipc plane's inbox ({} bytes) stays allocated until the process exits: not "
+        "every rank said it had unmapped it (within KOLO_PEER_TIMEOUT_MS)", device_, capacity_);
 }
 
 std::shared_ptr<Ticket> IpcPlane::issue(const Call& call, const Place& place) {
@@ -233,6 +248,7 @@ void IpcPlane::open_peers(const StreamTicket& t, const HostLink& host) {
   mine.pid = static_cast<std::int32_t>(::getpid());
   mine.bytes = capacity_;
   std::vector<Card> all(size_);
+  handed_out_ = true;  // peers may map it from here on
   host.allgather(&mine, all.data(), sizeof(Card));
   peers_.assign(size_, nullptr);
   for (int r = 0; r < size_; ++r) {
@@ -487,6 +503,8 @@ void IpcPlane::alltoall(const StreamTicket& t, const Call& c, const HostLink& ho
 
 }  // namespace
 
-std::unique_ptr<Plane> make_ipc_plane(int size) { return std::make_unique<IpcPlane>(size); }
+std::unique_ptr<Plane> make_ipc_plane(int size, Farewell farewell) {
+  return std::make_unique<IpcPlane>(size, std::move(farewell));
+}
 
 }  // namespace kolo::gpu

@@ -40,9 +40,9 @@ std::string choose(int size, bool one_host) {
 
 }  // namespace
 
-std::unique_ptr<Plane> make_plane(int size, bool one_host) {
+std::unique_ptr<Plane> make_plane(int size, bool one_host, Farewell farewell) {
   const std::string plane = choose(size, one_host);
-  if (plane == "ipc") return make_ipc_plane(size);
+  if (plane == "ipc") return make_ipc_plane(size, std::move(farewell));
   if (plane == "nccl") {
     std::string why;
     return make_nccl_plane(*nccl::library(why), size, make_host_plane());

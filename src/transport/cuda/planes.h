@@ -16,8 +16,8 @@ inline constexpr std::size_t kAlign = 256;
 // Device memory staged through pinned host memory around the host transport.
 std::unique_ptr<Plane> make_host_plane();
 // Ranks of one host reading each other's device memory through CUDA IPC
-// (at most kernels::cuda::kMaxInputs ranks).
-std::unique_ptr<Plane> make_ipc_plane(int size);
+// (at most kernels::cuda::kMaxInputs ranks); its inbox is freed after `farewell`.
+std::unique_ptr<Plane> make_ipc_plane(int size, Farewell farewell);
 // NCCL for ranks that each own a GPU; what it does not do as kolo does goes to `host`.
 std::unique_ptr<Plane> make_nccl_plane(const nccl::Library& lib, int size, std::unique_ptr<Plane> host);
 
