@@ -1,6 +1,9 @@
 // check_collectives' buffers in CUDA memory (memory.h). Copies are made on the
 // test's own stream, the one the collectives are ordered on, so an upload is
 // read by the collective after it and a download waits for the collective.
+// Each device buffer lies between two guards of kGuard bytes of a known value
+// in its allocation (so kolo also sees buffers that do not start where their
+// allocation does): every download checks that no byte of them changed.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -15,9 +18,12 @@ namespace kolo::test {
 namespace {
 
 struct Mirror {
-  char* device;
+  char* device;  // the buffer: its allocation's start + kGuard
   std::size_t bytes;
 };
+
+constexpr std::size_t kGuard = 256;  // cudaMalloc's alignment: the buffer stays aligned
+constexpr unsigned char kGuardByte = 0xA5;
 
 int g_device = -1;
 cudaStream_t g_stream = nullptr;
@@ -62,9 +68,10 @@ Place place() { return on_cuda() ? Place::cuda(g_device, g_stream) : Place::host
 void mirror(char* host, std::size_t bytes) {
   if (!on_cuda()) return;
   void* d = nullptr;
-  OK(cudaMalloc(&d, bytes == 0 ? 1 : bytes));
+  OK(cudaMalloc(&d, bytes + 2 * kGuard));
+  OK(cudaMemsetAsync(d, kGuardByte, bytes + 2 * kGuard, g_stream));
   std::lock_guard lk(g_mu);
-  g_mirrors[host] = {static_cast<char*>(d), bytes};
+  g_mirrors[host] = {static_cast<char*>(d) + kGuard, bytes};
 }
 
 void forget(char* host) {
@@ -78,7 +85,7 @@ void forget(char* host) {
     g_mirrors.erase(it);
   }
   OK(cudaStreamSynchronize(g_stream));
-  OK(cudaFree(m.device));
+  OK(cudaFree(m.device - kGuard));
 }
 
 char* at(char* p) { return const_cast<char*>(at(static_cast<const char*>(p))); }
@@ -99,7 +106,17 @@ void download(char* host_base) {
   if (!on_cuda()) return;
   const auto& [base, m] = owner(host_base);
   OK(cudaMemcpyAsync(const_cast<char*>(base), m.device, m.bytes, cudaMemcpyDeviceToHost, g_stream));
+  unsigned char guards[2 * kGuard];
+  OK(cudaMemcpyAsync(guards, m.device - kGuard, kGuard, cudaMemcpyDeviceToHost, g_stream));
+  OK(cudaMemcpyAsync(guards + kGuard, m.device + m.bytes, kGuard, cudaMemcpyDeviceToHost, g_stream));
   OK(cudaStreamSynchronize(g_stream));
+  for (std::size_t i = 0; i < 2 * kGuard; ++i)
+    if (guards[i] != kGuardByte) {
+      const bool before = i < kGuard;
+      std::fprintf(stderr, "test: kolo wrote outside a buffer of %zu bytes: byte %zu %s it is 0x%02x, not 0x%02x\n",
+                   m.bytes, before ? kGuard - i : i - kGuard + 1, before ? "before" : "after", guards[i], kGuardByte);
+      std::exit(1);
+    }
 }
 
 void settle() {

@@ -31,7 +31,7 @@
 #   fashion_mnist  tests/gpu/fashion_mnist_cuda.sh: the main job (kolo_torch) on the GPU, 2 ranks,
 #              beside its CPU run (accuracy within a point); checkpoint + resume, bf16, SyncBatchNorm
 #   examples   examples/python's Horovod and DDP programs with --device cuda, 2 ranks
-#   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective, then a clean next job
+#   kill       tests/gpu/kill_test.sh: a rank killed mid GPU-collective (host and ipc planes), then a clean next job
 #   bench      bench/gpu/allreduce.py: kolo (each plane) vs gloo on the same CUDA tensors, 2 and 4
 #              ranks (2 ranks also the ipc plane without its direct allreduce), beside the
 #              device-to-device copy; bench/gpu/ddp_step.py: a DDP step of a
