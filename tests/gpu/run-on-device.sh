@@ -15,6 +15,9 @@
 # warm) and runs those; STEPS=all runs everything. Steps (each timed; a failed
 # step does not stop the others; exit 1 if any failed):
 #   build      kolo with its GPU parts (bench/device/build.sh: the carried .debs, torch's LibTorch)
+#   cuda probe bench/gpu/cuda_probe: stream memory operations, which CUDA calls block while a
+#              stream waits on a ticket word, a peer's freed allocation as its mapping sees it, the
+#              costs behind a small collective (an 8-byte copy, the kernel, an IPC open)
 #   ctest gpu  (one test at a time, most telling first) the CUDA reduction kernel bit for bit against the host kernels; check_collectives
 #              --cuda on 2 and 4 ranks sharing the GPU, on each data plane (host, ipc; and ipc
 #              in 64 KiB rounds on 3; nccl on 1 rank): every collective x dtype x op, 1 element to 256 MiB,
@@ -84,7 +87,7 @@ have_gpu() { $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() 
 
 build() {
   bench/device/build.sh "$DEBS" "$BUILD" check_collectives kolo_bad_input_test fingerprint_tests cuda_reduce_test \
-    reduce_kernel_bench \
+    reduce_kernel_bench cuda_probe \
     > "$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; return 1; }
   grep -E "GPU parts|CUDA .* found" "$OUT/build.log" | head -3
@@ -100,6 +103,8 @@ nccl=$($PY -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file
 echo "nccl: ${KOLO_NCCL_LIBRARY:-none found beside torch}"
 gpus=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 
+# First, in seconds: what the driver does that kolo relies on (bench/gpu/cuda_probe.cc).
+step "cuda probe" timeout 60 "$BUILD/bench/gpu/cuda_probe"
 step "fingerprint tests" "$BUILD/tests/collectives/fingerprint_tests"
 # The GPU tests one by one, most telling first, so that a call cut short by the
 # machine's minutes has seen the most; a hang on the ipc plane (a sandbox
