@@ -41,6 +41,11 @@ inline std::string gpu_transport() { return env_str("KOLO_GPU_TRANSPORT", "auto"
 // searches for, or a path. libnccl.so.2 is also the one a framework (torch)
 // already loaded into the process.
 inline std::string nccl_library() { return env_str("KOLO_NCCL_LIBRARY", "libnccl.so.2"); }
+// 0: a collective on CUDA memory never makes the caller's stream wait for it
+// on the GPU (cuStreamWaitValue32): its result is ready after Work::wait() or
+// the blocking call's return, as where the driver offers no stream memory
+// operations. A way out should a driver's stream waits misbehave.
+inline bool gpu_stream_wait() { return env_int("KOLO_GPU_STREAM_WAIT", 1) != 0; }
 // Bytes per part of the host plane's pipeline (transport/staged_parts.h):
 // allreduces and broadcasts larger than this move in parts, the copies
 // between device and host of one overlapping the collective on another.

@@ -31,6 +31,8 @@ void CallerStreams::release_all() {
   if (flag_ != nullptr) release(issued_);
 }
 
+CallerStreams::CallerStreams() : stream_waits_(config::gpu_stream_wait()) {}
+
 CallerStreams::~CallerStreams() {
   // Nothing is queued any more (the engine went first): let every stream go
   // before the memory it waits on is freed.

@@ -11,7 +11,8 @@
 // Tickets are numbered in the order collectives are queued on the engine (the
 // communicator's issue lock), which runs them in that order, so the word only
 // ever grows (cyclically). Where the driver offers no stream memory
-// operations, the result is ready after Work::wait() only (said once in the log).
+// operations (said once in the log), or KOLO_GPU_STREAM_WAIT=0, the result is
+// ready after Work::wait() (or the blocking call's return) only.
 //
 // kolo's streams are non-blocking (cudaStreamNonBlocking): the legacy default
 // stream, which a caller's stream may be and which waits for every blocking
@@ -48,7 +49,7 @@ class StreamTicket : public Ticket {
 
 class CallerStreams {
  public:
-  CallerStreams() = default;
+  CallerStreams();
   ~CallerStreams();
   CallerStreams(const CallerStreams&) = delete;
   CallerStreams& operator=(const CallerStreams&) = delete;
@@ -70,7 +71,8 @@ class CallerStreams {
  private:
   std::uint32_t* flag_ = nullptr;  // mapped pinned memory; the callers' streams wait on it
   std::uint32_t issued_ = 0;       // the last ticket's number (issue lock)
-  bool stream_waits_ = true;       // cuStreamWaitValue32 works here (issue lock)
+  bool stream_waits_;              // the callers' streams wait (KOLO_GPU_STREAM_WAIT, and
+                                   // cuStreamWaitValue32 works here; issue lock)
   std::map<int, cudaStream_t> streams_;  // engine thread
 };
 
