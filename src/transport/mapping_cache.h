@@ -8,8 +8,8 @@
 // at the address of a freed one is a new entry, never the old mapping. At most
 // `per_rank` entries per rank stay open; the least recently used one is
 // closed first. Only host bookkeeping here (no CUDA): the plane passes the
-// functions that open and close a mapping, the tests plain ones
-// (tests/gpu/mapping_cache_test.cc).
+// functions that open (with each lookup: its errors name the collective) and
+// close a mapping, the tests plain ones (tests/gpu/mapping_cache_test.cc).
 #pragma once
 
 #include <array>
@@ -30,16 +30,15 @@ class MappingCache {
   using Open = std::function<char*(int rank, const HandleBytes& handle)>;
   using Close = std::function<void(char* base)>;
 
-  MappingCache(std::size_t per_rank, Open open, Close close)
-      : per_rank_(per_rank < 1 ? 1 : per_rank), open_(std::move(open)), close_(std::move(close)) {}
+  MappingCache(std::size_t per_rank, Close close) : per_rank_(per_rank < 1 ? 1 : per_rank), close_(std::move(close)) {}
   ~MappingCache() { clear(); }
   MappingCache(const MappingCache&) = delete;
   MappingCache& operator=(const MappingCache&) = delete;
 
-  // Rank `rank`'s allocation `id`, as this process maps it (opened at its
-  // first use). An entry of that rank with the same handle but another id (a
-  // handle reused for a new allocation) is closed first.
-  char* map(int rank, std::uint64_t id, const HandleBytes& handle) {
+  // Rank `rank`'s allocation `id`, as this process maps it (opened by `open`
+  // at its first use). An entry of that rank with the same handle but another
+  // id (a handle reused for a new allocation) is closed first.
+  char* map(int rank, std::uint64_t id, const HandleBytes& handle, const Open& open) {
     ++clock_;
     std::size_t mine = 0, oldest = entries_.size();
     for (std::size_t i = 0; i < entries_.size(); ++i) {
@@ -51,13 +50,13 @@ class MappingCache {
       }
       if (e.id == id || e.handle == handle) {
         drop(i);
-        return map_new(rank, id, handle);
+        return map_new(rank, id, handle, open);
       }
       ++mine;
       if (oldest == entries_.size() || e.used < entries_[oldest].used) oldest = i;
     }
     if (mine >= per_rank_) drop(oldest);
-    return map_new(rank, id, handle);
+    return map_new(rank, id, handle, open);
   }
 
   // Closes every mapping.
@@ -76,8 +75,8 @@ class MappingCache {
     std::uint64_t used;
   };
 
-  char* map_new(int rank, std::uint64_t id, const HandleBytes& handle) {
-    char* base = open_(rank, handle);  // throws: nothing recorded
+  char* map_new(int rank, std::uint64_t id, const HandleBytes& handle, const Open& open) {
+    char* base = open(rank, handle);  // throws: nothing recorded
     entries_.push_back({rank, id, handle, base, clock_});
     return base;
   }
@@ -88,7 +87,6 @@ class MappingCache {
   }
 
   const std::size_t per_rank_;
-  Open open_;
   Close close_;
   std::vector<Entry> entries_;
   std::uint64_t clock_ = 0;

@@ -29,19 +29,19 @@ struct Book {
   int next = 0;
 
   MappingCache cache(std::size_t per_rank) {
-    return MappingCache(
-        per_rank,
-        [this](int rank, const HandleBytes& h) {
-          if (h[0] == 'X') throw std::runtime_error("cannot open");
-          char* base = memory.data() + next++;
-          ++open[base];
-          log.push_back("open " + std::to_string(rank) + h[0]);
-          return base;
-        },
-        [this](char* base) {
-          --open[base];
-          log.push_back("close " + std::to_string(base - memory.data()));
-        });
+    return MappingCache(per_rank, [this](char* base) {
+      --open[base];
+      log.push_back("close " + std::to_string(base - memory.data()));
+    });
+  }
+  char* map(MappingCache& c, int rank, std::uint64_t id, const HandleBytes& h) {
+    return c.map(rank, id, h, [this](int r, const HandleBytes& hb) {
+      if (hb[0] == 'X') throw std::runtime_error("cannot open");
+      char* base = memory.data() + next++;
+      ++open[base];
+      log.push_back("open " + std::to_string(r) + hb[0]);
+      return base;
+    });
   }
   int still_open() const {
     int n = 0;
@@ -54,11 +54,11 @@ TEST(MappingCache, OpensEachAllocationOnceAndClosesAllAtTheEnd) {
   Book book;
   {
     MappingCache c = book.cache(4);
-    char* a = c.map(1, 10, handle('a'));
-    EXPECT_EQ(c.map(1, 10, handle('a')), a);
-    char* b = c.map(2, 10, handle('a'));  // the same id and handle from another rank: its own
+    char* a = book.map(c, 1, 10, handle('a'));
+    EXPECT_EQ(book.map(c, 1, 10, handle('a')), a);
+    char* b = book.map(c, 2, 10, handle('a'));  // the same id and handle from another rank: its own
     EXPECT_NE(a, b);
-    EXPECT_EQ(c.map(1, 10, handle('a')), a);
+    EXPECT_EQ(book.map(c, 1, 10, handle('a')), a);
     EXPECT_EQ(book.log, (std::vector<std::string>{"open 1a", "open 2a"}));
     EXPECT_EQ(c.size(), 2u);
   }
@@ -68,14 +68,14 @@ TEST(MappingCache, OpensEachAllocationOnceAndClosesAllAtTheEnd) {
 TEST(MappingCache, ANewAllocationIsNeverTheOldMapping) {
   Book book;
   MappingCache c = book.cache(4);
-  char* a = c.map(0, 10, handle('a'));
+  char* a = book.map(c, 0, 10, handle('a'));
   // The owner freed allocation 10; a new one (id 11) got the same handle
   // bytes: the old mapping is closed before the new one is opened.
-  char* b = c.map(0, 11, handle('a'));
+  char* b = book.map(c, 0, 11, handle('a'));
   EXPECT_NE(a, b);
   EXPECT_EQ(book.log, (std::vector<std::string>{"open 0a", "close 0", "open 0a"}));
   // The same id with another handle: opened anew too.
-  c.map(0, 11, handle('b'));
+  book.map(c, 0, 11, handle('b'));
   EXPECT_EQ(book.log.back(), "open 0b");
   EXPECT_EQ(c.size(), 1u);
   EXPECT_EQ(book.still_open(), 1);
@@ -84,14 +84,14 @@ TEST(MappingCache, ANewAllocationIsNeverTheOldMapping) {
 TEST(MappingCache, ClosesTheLeastRecentlyUsedOfTheRank) {
   Book book;
   MappingCache c = book.cache(2);
-  char* a = c.map(0, 1, handle('a'));
-  c.map(0, 2, handle('b'));
-  c.map(1, 3, handle('c'));  // another rank's do not count
-  c.map(0, 1, handle('a'));  // a used again: b is the oldest of rank 0
-  c.map(0, 4, handle('d'));
+  char* a = book.map(c, 0, 1, handle('a'));
+  book.map(c, 0, 2, handle('b'));
+  book.map(c, 1, 3, handle('c'));  // another rank's do not count
+  book.map(c, 0, 1, handle('a'));  // a used again: b is the oldest of rank 0
+  book.map(c, 0, 4, handle('d'));
   EXPECT_EQ(book.log.back(), "open 0d");
   EXPECT_EQ(book.log[book.log.size() - 2], "close 1");  // b's base
-  EXPECT_EQ(c.map(0, 1, handle('a')), a);
+  EXPECT_EQ(book.map(c, 0, 1, handle('a')), a);
   EXPECT_EQ(c.size(), 3u);
   EXPECT_EQ(book.still_open(), 3);
   c.clear();
@@ -102,10 +102,10 @@ TEST(MappingCache, ClosesTheLeastRecentlyUsedOfTheRank) {
 TEST(MappingCache, AFailedOpenRecordsNothing) {
   Book book;
   MappingCache c = book.cache(2);
-  c.map(0, 1, handle('a'));
-  EXPECT_THROW(c.map(0, 2, handle('X')), std::runtime_error);
+  book.map(c, 0, 1, handle('a'));
+  EXPECT_THROW(book.map(c, 0, 2, handle('X')), std::runtime_error);
   EXPECT_EQ(c.size(), 1u);
-  EXPECT_EQ(c.map(0, 1, handle('a')), book.memory.data());
+  EXPECT_EQ(book.map(c, 0, 1, handle('a')), book.memory.data());
   EXPECT_EQ(book.log, (std::vector<std::string>{"open 0a"}));
 }
 

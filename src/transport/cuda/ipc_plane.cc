@@ -118,8 +118,7 @@ class IpcPlane : public Plane {
         section_(capacity_ / kSections / kAlign * kAlign),
         sharded_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(config::gpu_ipc_sharded_bytes(), 0))),
         direct_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(config::gpu_ipc_direct_bytes(), 0))),
-        mapped_(kMappingsPerRank, [this](int rank, const HandleBytes& h) { return open_buffer(rank, h); },
-                [](char* base) { (void)cudaIpcCloseMemHandle(base); }) {
+        mapped_(kMappingsPerRank, [](char* base) { (void)cudaIpcCloseMemHandle(base); }) {
     if (config::gpu_ipc_bytes() < 4096 * kSections)
       fail("KOLO_GPU_IPC_BYTES={} is too small for the ipc plane (at least {})", config::gpu_ipc_bytes(),
            4096 * kSections);
@@ -171,8 +170,7 @@ class IpcPlane : public Plane {
   // Where `p` lies in an allocation legacy CUDA IPC can export; false where it cannot.
   bool describe(const void* p, Export* e);
   // Rank `rank`'s buffer `e` as this process maps it.
-  const char* peer_buffer(int rank, const Export& e) { return mapped_.map(rank, e.id, e.handle) + e.offset; }
-  char* open_buffer(int rank, const HandleBytes& h);
+  const char* peer_buffer(const StreamTicket& t, int rank, const Export& e);
   void broadcast(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void allgatherv(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
   void reduce_scatter(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s);
@@ -194,7 +192,6 @@ class IpcPlane : public Plane {
   const std::size_t section_;        // bytes of one of its sections
   const std::size_t sharded_bytes_;  // allreduces from this size on (3+ ranks) are sharded
   const std::size_t direct_bytes_;   // allreduces from this size on read the peers' buffers (0: never)
-  const char* what_ = "";            // the collective run() serves (open_buffer's errors)
   MappingCache mapped_;              // peers' buffers of direct allreduces
   std::unordered_map<std::uint64_t, HandleBytes> exported_;  // this rank's, by allocation id
   int device_ = -1;                  // this rank's device: the first collective's
@@ -286,7 +283,6 @@ void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
   auto& t = static_cast<StreamTicket&>(ticket);
   cuda::set_device(t.device, t.what);  // the engine's thread: no need to put a device back
   const cudaStream_t s = streams_.stream(t.device, t.what);
-  what_ = t.what;
   if (peers_.empty()) open_peers(t, host);
   KOLO_CUDA_CHECK(cudaStreamWaitEvent(s, t.input_ready, 0), t.what, t.device);
   // Nothing to move: one barrier still, the collective's synchronisation
@@ -393,14 +389,17 @@ bool IpcPlane::describe(const void* p, Export* e) {
   return true;
 }
 
-char* IpcPlane::open_buffer(int rank, const HandleBytes& h) {
-  cudaIpcMemHandle_t handle;
-  std::memcpy(&handle, h.data(), sizeof handle);
-  return open_mapping(handle, [&](cudaError_t e) {
-    fail("{} on cuda:{}: cannot map the buffer of rank {} through CUDA IPC: {} ({}); "
-         "KOLO_GPU_IPC_DIRECT_BYTES=0 keeps allreduces in the ipc plane's own buffers",
-         what_, device_, rank, cudaGetErrorString(e), cudaGetErrorName(e));
-  });
+const char* IpcPlane::peer_buffer(const StreamTicket& t, int rank, const Export& e) {
+  auto open = [&t](int r, const HandleBytes& h) {
+    cudaIpcMemHandle_t handle;
+    std::memcpy(&handle, h.data(), sizeof handle);
+    return open_mapping(handle, [&](cudaError_t err) {
+      fail("{} on cuda:{}: cannot map the buffer of rank {} through CUDA IPC: {} ({}); "
+           "KOLO_GPU_IPC_DIRECT_BYTES=0 keeps allreduces in the ipc plane's own buffers",
+           t.what, t.device, r, cudaGetErrorString(err), cudaGetErrorName(err));
+    });
+  };
+  return mapped_.map(rank, e.id, e.handle, open) + e.offset;
 }
 
 // Reduce-scatter then allgather in the ranks' own buffers: rank r reduces
@@ -425,8 +424,8 @@ bool IpcPlane::allreduce_direct(const StreamTicket& t, const Call& c, const Host
   const std::size_t lo = piece_edge(n, es, size_, host.rank), hi = piece_edge(n, es, size_, host.rank + 1);
   for (int r = 0; r < size_; ++r) {
     const bool me = r == host.rank;
-    inputs.in[r] = (me ? static_cast<const char*>(c.in) : peer_buffer(r, all[r].in)) + lo * es;
-    outs[r] = me ? static_cast<const char*>(c.out) : peer_buffer(r, all[r].out);
+    inputs.in[r] = (me ? static_cast<const char*>(c.in) : peer_buffer(t, r, all[r].in)) + lo * es;
+    outs[r] = me ? static_cast<const char*>(c.out) : peer_buffer(t, r, all[r].out);
   }
   auto* out = static_cast<char*>(c.out);
   reduce(t, c, inputs, out + lo * es, hi - lo, s);
