@@ -97,30 +97,12 @@ void Context::reject_collective(const MismatchError& e) {
 
 // Run from the plane's destructor, when the members declared after `gpu`
 // (the key spaces, the engine) are gone: it keeps copies, and the store,
-// declared before, is still there. Each rank posts that it unmapped its
-// peers' memory and polls for every rank's post; a failure any rank posted
-// (report_failure) ends the wait at once — its peers may never post.
+// declared before, is still there. A failure any rank posted (report_failure)
+// ends the wait at once.
 gpu::Farewell Context::gpu_farewell() {
-  return [store = store.get(), rank = rank, size = size, keys = base_prefix + "/gpu-unmapped",
+  return [store = store.get(), rank = rank, size = size, name = base_prefix + "/gpu-unmapped",
           errors = prefix + "/error"] {
-    try {
-      std::vector<std::string> all, failed;
-      for (int q = 0; q < size; ++q) {
-        all.push_back(fmt::format("{}/{}", keys, q));
-        failed.push_back(fmt::format("{}/{}", errors, q));
-      }
-      store->set(all[rank], "1");
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(config::peer_timeout_ms());
-      while (!store->check(all)) {
-        for (const auto& k : failed)
-          if (store->check({k})) return false;
-        if (std::chrono::steady_clock::now() > until) return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      return true;
-    } catch (const std::exception&) {
-      return false;  // the store went with the rank that hosted it
-    }
+    return rdv::store_barrier_unless(*store, name, errors, rank, size, std::chrono::milliseconds(config::peer_timeout_ms()));
   };
 }
 

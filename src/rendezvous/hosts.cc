@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string_view>
+#include <thread>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -144,6 +146,28 @@ void wait_for_ranks(StoreClient& store, const std::string& name, int size, Milli
 void store_barrier(StoreClient& store, const std::string& name, int rank, int size) {
   store.set(fmt::format("{}/{}", name, rank), "1");
   wait_for_ranks(store, name, size, Millis(config::rendezvous_timeout_ms()));
+}
+
+bool store_barrier_unless(StoreClient& store, const std::string& name, const std::string& abandon, int rank,
+                          int size, Millis limit) {
+  try {
+    std::vector<std::string> all, failed;
+    for (int q = 0; q < size; ++q) {
+      all.push_back(fmt::format("{}/{}", name, q));
+      failed.push_back(fmt::format("{}/{}", abandon, q));
+    }
+    store.set(all[rank], "1");
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (!store.check(all)) {
+      for (const auto& k : failed)
+        if (store.check({k})) return false;
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 HostMap map_hosts(StoreClient& store, const std::string& prefix, const std::string& job_id, int rank,

@@ -52,5 +52,11 @@ std::string host_name();
 void wait_for_ranks(StoreClient& store, const std::string& name, int size, Millis timeout);
 // Sets <name>/<rank> and waits for every rank's.
 void store_barrier(StoreClient& store, const std::string& name, int rank, int size);
+// Sets <name>/<rank> and waits, at most `limit`, for every rank's: true when
+// all came. False past `limit`, at once when any rank has set <abandon>/<q>
+// (a rank that posted a failure may never come), or when the store is gone.
+// Never throws: a destructor's wait (transport/gpu.h's Farewell).
+bool store_barrier_unless(StoreClient& store, const std::string& name, const std::string& abandon, int rank,
+                          int size, Millis limit);
 
 }  // namespace kolo::rdv

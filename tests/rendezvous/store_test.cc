@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "rendezvous/hosts.h"
 #include "rendezvous/store.h"
 #include "test_util.h"
 
@@ -234,6 +235,38 @@ TEST(StoreShutdown, PendingGetFailsAtOnceWhenTheServerStops) {
   EXPECT_LT(Clock::now() - t0, 5s);
   stopper.join();
   server.stop();  // a second stop is harmless
+}
+
+// The GPU data plane's farewell (transport/gpu.h): a wait a destructor makes.
+TEST_F(StoreTest, BarrierUnlessIsTrueWhenEveryRankCame) {
+  std::vector<std::thread> ranks;
+  std::atomic<int> came{0};
+  for (int r = 0; r < 3; ++r)
+    ranks.emplace_back([&, r] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50 * r));
+      if (store_barrier_unless(*client(), "bye", "err", r, 3, 5000ms)) ++came;
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(came, 3);
+}
+
+TEST_F(StoreTest, BarrierUnlessGivesUpOnARankThatNeverComes) {
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(store_barrier_unless(*client(), "bye", "err", 0, 2, 300ms));
+  EXPECT_GE(Clock::now() - t0, 300ms);
+}
+
+TEST_F(StoreTest, BarrierUnlessStopsAtOnceWhenARankPostedAFailure) {
+  client()->set("err/1", "rank 1 failed");
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(store_barrier_unless(*client(), "bye", "err", 0, 2, 60000ms));
+  EXPECT_LT(Clock::now() - t0, 30000ms);
+}
+
+TEST_F(StoreTest, BarrierUnlessIsFalseNotAnErrorWhenTheStoreIsGone) {
+  auto c = client();
+  server.stop();
+  EXPECT_FALSE(store_barrier_unless(*c, "bye", "err", 0, 2, 5000ms));
 }
 
 }  // namespace
