@@ -41,6 +41,19 @@ def _scale(what, t, factor, kind):
     return t * factor
 
 
+def _through_host(key, src, dst):
+    """(src, dst, back) for a named operation: kolo's named operations take
+    host memory only (kolo.h), so a CUDA tensor's goes through host copies —
+    src's copied now (after the work queued on the current stream, as torch's
+    .cpu() is), the result copied back into dst by back() — as alltoall's does.
+    Unnamed, or on the CPU: src, dst and no back."""
+    if not key or not src.is_cuda:
+        return src, dst, None
+    hs = src.cpu()
+    hd = hs if dst is src else torch.empty(dst.shape, dtype=dst.dtype, device="cpu")
+    return hs, hd, lambda: dst.copy_(hd)
+
+
 def _name_next(name):
     """Horovod's name= labels the next collective in the timeline."""
     if name and _C.timeline_on():
@@ -73,13 +86,17 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
     else:
         dst = output
     c = comm()
-    args = (src.data_ptr(), dst.data_ptr(), src.numel(), dt, code, tensor.shape)  # shape: as Horovod's check
-    where = place(src)
+    key = _key("allreduce", name)
+    hsrc, hdst, back = _through_host(key, src, dst)
+    args = (hsrc.data_ptr(), hdst.data_ptr(), src.numel(), dt, code, tensor.shape)  # shape: as Horovod's check
+    where = place(hsrc)
 
-    if dst is output and postscale == 1.0 and not int_average:
+    if dst is output and postscale == 1.0 and not int_average and back is None:
         finish = lambda: output  # noqa: E731
     else:
         def finish():
+            if back is not None:
+                back()
             if dst is not output:
                 output.copy_(dst)  # narrows (wraps like int8/int16 arithmetic) or u8 -> bool
             if int_average:
@@ -88,7 +105,6 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
                 output.copy_(_scale(what, output, postscale, "postscale_factor"))
             return output
     _name_next(name)
-    key = _key("allreduce", name)
     if blocking and not key:
         c.allreduce(*args, **where)
         return finish()
@@ -97,7 +113,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
     if blocking:
         work.wait()
         return finish()
-    return handles.add(work, (tensor, src, dst, output), finish)
+    return handles.add(work, (tensor, src, dst, output, hsrc, hdst), finish)
 
 
 @with_process_set
@@ -234,18 +250,18 @@ def _allgather_named(what, t, key, name, blocking):
     table = torch.empty(c.size(), mine.numel(), dtype=torch.int64, device="cpu")
     named_issued[id(c)] += 1
     described = c.allgather_async(mine.data_ptr(), table.data_ptr(), mine.numel(), _C.I64, name=key)
-    where = place(t)
+    rows_of = t.cpu() if t.is_cuda else t  # named operations take host memory (_through_host)
 
     def finish():
         described.wait()
         rows = descriptions.check_rows(what, table.tolist(), lambda i: _INDEX_DTYPE[i])
-        output, counts, dt = _gather_plan(t, rows)
+        output, counts, dt = _gather_plan(rows_of, rows)
         _name_next(name)
-        c.allgatherv_async(t.data_ptr(), output.data_ptr(), counts, dt, **where, name=key + ".data").wait()
-        return output
+        c.allgatherv_async(rows_of.data_ptr(), output.data_ptr(), counts, dt, name=key + ".data").wait()
+        return output.to(t.device) if t.is_cuda else output
     if blocking:
         return finish()
-    return handles.add(described, (t, mine, table), finish)
+    return handles.add(described, (t, mine, table, rows_of), finish)
 
 
 def _row_units(t):
@@ -277,10 +293,16 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
         output.copy_(tensor)
     dt, n = move_code(output)
     c = comm()
-    args = (output.data_ptr(), n, dt, root_in_scope(root_rank, what), output.shape)
-    where = place(output)
-    _name_next(name)
     key = _key("broadcast", name)
+    data, _, back = _through_host(key, output, output)
+    args = (data.data_ptr(), n, dt, root_in_scope(root_rank, what), output.shape)
+    where = place(data)
+
+    def finish():
+        if back is not None:
+            back()
+        return output
+    _name_next(name)
     if blocking and not key:
         c.broadcast(*args, **where)
         return output
@@ -288,8 +310,8 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
     work = c.broadcast_async(*args, **where, name=key)
     if blocking:
         work.wait()
-        return output
-    return handles.add(work, (tensor, output), lambda: output)
+        return finish()
+    return handles.add(work, (tensor, output, data), finish)
 
 
 @with_process_set
@@ -382,10 +404,14 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
             padded[r * biggest:r * biggest + split[r]].copy_(piece)
         src = padded
     out = src.new_empty((biggest,) + tail)
-    args = (src.data_ptr(), out.data_ptr(), biggest * per_row, dt, code, tensor.shape)
-    where = place(src)
+    key = _key("reducescatter", name)
+    hsrc, hout, back = _through_host(key, src, out)
+    args = (hsrc.data_ptr(), hout.data_ptr(), biggest * per_row, dt, code, tensor.shape)
+    where = place(hsrc)
 
     def finish():
+        if back is not None:
+            back()
         res = out[:split[me]]
         if wide is not None or tensor.dtype == torch.bool:
             res = res.to(tensor.dtype)
@@ -395,7 +421,6 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
             res = _scale(what, res, postscale, "postscale_factor")
         return res
     _name_next(name)
-    key = _key("reducescatter", name)
     if blocking and not key:
         c.reduce_scatter(*args, **where)
         return finish()
@@ -404,7 +429,7 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
     if blocking:
         work.wait()
         return finish()
-    return handles.add(work, (tensor, src, out), finish)
+    return handles.add(work, (tensor, src, out, hsrc, hout), finish)
 
 
 @with_process_set

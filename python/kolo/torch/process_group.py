@@ -49,7 +49,8 @@ torch 1.13 to 2.14 call, are the same methods:
     (reduce_scatter_tensor_coalesced)  interleaved by rank
   all_to_all_single    alltoall; with split sizes, alltoallv (which checks the
     (alltoall_base)    ranks' sizes against each other inside the collective)
-  alltoall             alltoallv of the concatenated inputs
+  alltoall             alltoallv of the concatenated inputs (alltoallv: CUDA tensors
+                       through host copies; kolo's alltoallv takes host memory only)
   barrier              barrier
   reduce               allreduce (non-root ranks into scratch: their tensor is unchanged)
   gather, gather_single (gather_into_tensor)   allgather (non-root ranks discard it)
@@ -478,13 +479,23 @@ class ProcessGroupKolo(dist.ProcessGroup):
         return self._submit(what, work, output_tensors, lambda: out.copy_(mine.view(out.shape)), (staging,))
 
     def _alltoallv(self, send, sends, out, recvs, unit):
-        """kolo's alltoallv from `send` into `out` (contiguous CPU tensors of one
-        dtype): sends[j] blocks of `unit` elements to rank j, recvs[j] from
-        rank j, packed in rank order. The ranks check each other's sizes inside
-        it: a disagreement is the same error on every rank, never a hang."""
+        """kolo's alltoallv from `send` into `out` (contiguous tensors of one
+        dtype and device): sends[j] blocks of `unit` elements to rank j,
+        recvs[j] from rank j, packed in rank order. The ranks check each
+        other's sizes inside it: a disagreement is the same error on every
+        rank, never a hang. kolo's alltoallv takes host memory only (kolo.h):
+        CUDA tensors go through host copies. Returns (work, back, staged):
+        back() copies the result into `out` (None on the CPU), `staged` the
+        host copies the op must keep."""
         code, per = _unit(send)
-        return self._comm.alltoallv_async(send.data_ptr(), [x * unit * per for x in sends], [],
-                                          out.data_ptr(), [x * unit * per for x in recvs], [], code, **place(send))
+        hs, ho, back = send, out, None
+        if send.is_cuda:
+            hs = send.cpu()  # after the work queued on the current stream
+            ho = torch.empty(out.shape, dtype=out.dtype, device="cpu")
+            back = lambda: out.copy_(ho)  # noqa: E731
+        work = self._comm.alltoallv_async(hs.data_ptr(), [x * unit * per for x in sends], [],
+                                          ho.data_ptr(), [x * unit * per for x in recvs], [], code)
+        return work, back, (hs, ho)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         what = "all_to_all_single"
@@ -505,8 +516,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
         row = math.prod(input.shape[1:])
         sends = split_rows(what, input.shape[0], input_split_sizes or None, n, "input_split_sizes")
         recvs = split_rows(what, output.shape[0], output_split_sizes or None, n, "output_split_sizes")
-        work = self._alltoallv(input, sends, output, recvs, row)
-        return self._submit(what, work, [output], keep=(input,))
+        work, back, staged = self._alltoallv(input, sends, output, recvs, row)
+        return self._submit(what, work, [output], back, (input,) + staged)  # the CUDA tensor first: _stream_of
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         what = "alltoall"
@@ -519,11 +530,15 @@ class ProcessGroupKolo(dist.ProcessGroup):
         send = torch.cat([t.reshape(-1) for t in input_tensors])
         recv = send.new_empty(sum(o.numel() for o in output_tensors))
 
+        work, back, staged = self._alltoallv(send, [t.numel() for t in input_tensors], recv,
+                                             [o.numel() for o in output_tensors], 1)
+
         def finish():
+            if back is not None:
+                back()
             for o, r in zip(output_tensors, recv.split([o.numel() for o in output_tensors])):
                 o.copy_(r.view(o.shape))
-        work = self._alltoallv(send, [t.numel() for t in input_tensors], recv, [o.numel() for o in output_tensors], 1)
-        return self._submit(what, work, output_tensors, finish, (send, recv))
+        return self._submit(what, work, output_tensors, finish, (send, recv) + staged)
 
     def barrier(self, opts=None):
         return self._submit("barrier", self._comm.barrier_async(), [])

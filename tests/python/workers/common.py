@@ -34,6 +34,14 @@ else:
     raise SystemExit(f"KOLO_TEST_DEVICE={DEVICE}: expected cpu or cuda")
 
 
+def randn(*shape, generator, dtype=None):
+    """torch.randn from a CPU generator (the same numbers on every rank, on
+    the CPU and on a GPU), on this rank's device: a CPU generator cannot fill
+    CUDA memory, which the default device above makes of every tensor."""
+    x = torch.randn(*shape, generator=generator, dtype=dtype, device="cpu")
+    return x.to(DEVICE_ID) if DEVICE == "cuda" else x
+
+
 def await_the_kill(result_dir, rank):
     """For the kill tests: ignore kolorun's SIGTERM (the test wants kolo's own
     detection of the dead peer reported) and leave this rank's pid, and on

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, done  # noqa: E402
+from common import check, done, randn  # noqa: E402
 
 import kolo.torch as hvd  # noqa: E402
 from kolo.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
@@ -35,7 +35,7 @@ def reference(tail, dtype, momentum):
 def run_case(tail, dtype, momentum):
     name = f"{dtype} shape (n, {C}{''.join(', ' + str(t) for t in tail)}) momentum {momentum}"
     g = torch.Generator().manual_seed(11)
-    weight, bias = torch.randn(C, generator=g, dtype=dtype), torch.randn(C, generator=g, dtype=dtype)
+    weight, bias = randn(C, generator=g, dtype=dtype), randn(C, generator=g, dtype=dtype)
     sbn = SyncBatchNorm(C, momentum=momentum).to(dtype)
     ref = reference(tail, dtype, momentum)
     for m in (sbn, ref):
@@ -46,8 +46,8 @@ def run_case(tail, dtype, momentum):
     for step in range(3):
         total = sum(BATCH)
         # a shifted, scaled batch: the variance formula must not cancel
-        X = (torch.randn(total, C, *tail, generator=g, dtype=dtype) * 3 + 5).requires_grad_()
-        G = torch.randn(total, C, *tail, generator=g, dtype=dtype)
+        X = (randn(total, C, *tail, generator=g, dtype=dtype) * 3 + 5).requires_grad_()
+        G = randn(total, C, *tail, generator=g, dtype=dtype)
         x = X.detach()[first:first + BATCH[R]].clone().requires_grad_()
         y = sbn(x)
         (y * G[first:first + BATCH[R]]).sum().backward()
@@ -68,7 +68,7 @@ def run_case(tail, dtype, momentum):
             m.zero_grad()
     sbn.eval()
     ref.eval()
-    x = torch.randn(4, C, *tail, generator=g, dtype=dtype)
+    x = randn(4, C, *tail, generator=g, dtype=dtype)
     check(close(sbn(x), ref(x), dtype), f"eval mode {name}")
 
 
@@ -83,7 +83,7 @@ opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), name
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 for step in range(3):
     opt.zero_grad()
-    x = torch.randn(BATCH[R], 4, generator=torch.Generator().manual_seed(step * 10 + R))
+    x = randn(BATCH[R], 4, generator=torch.Generator().manual_seed(step * 10 + R))
     F.mse_loss(model(x), torch.zeros(BATCH[R], 1), reduction="sum").backward()
     opt.step()
 flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])

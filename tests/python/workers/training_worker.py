@@ -19,7 +19,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import await_the_kill, check, done  # noqa: E402
+from common import await_the_kill, check, done, randn  # noqa: E402
 
 import kolo.torch as hvd  # noqa: E402
 from kolo.torch import optimizer as kolo_optimizer  # noqa: E402
@@ -39,8 +39,8 @@ def make_model(dtype=torch.float64):
 def batch(step, rows, first=0, dtype=torch.float64):
     """The global batch of a step (the same on every rank), rows first:first+rows."""
     g = torch.Generator().manual_seed(1000 + step)
-    x = torch.randn(64, 5, generator=g, dtype=dtype)
-    y = torch.randn(64, 3, generator=g, dtype=dtype)
+    x = randn(64, 5, generator=g, dtype=dtype)
+    y = randn(64, 3, generator=g, dtype=dtype)
     return x[first:first + rows], y[first:first + rows]
 
 
