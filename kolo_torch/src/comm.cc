@@ -310,7 +310,15 @@ void broadcast_optimizer_state(Communicator& comm, ::torch::optim::Optimizer& op
   if (comm.rank() != root) {
     optimizer.state().clear();
     ::torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size());
+    // Root's state tensors go where this rank's parameters are (root's may be
+    // on another GPU of the host), as restore() loads a checkpoint.
+    c10::optional<::torch::Device> device;  // c10's: std::optional only from LibTorch 2.4
+    for (const auto& g : groups)
+      if (!g.params().empty()) {
+        device = g.params().front().device();
+        break;
+      }
+    archive.load_from(bytes.data(), bytes.size(), device);
     optimizer.load(archive);
     for (std::size_t i = 0; i < groups.size(); ++i) groups[i].options().set_lr(lrs[i]);
   }

@@ -112,9 +112,23 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
     any state (momentum buffers, step counters, lr) works, whether or not
     the other ranks have stepped yet."""
     _initialize_state(optimizer)
-    state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None, root_rank)
+    # Pickled on the CPU: a CUDA tensor unpickles onto its own device, the
+    # root's GPU, which another rank may not see (or would make a context on);
+    # load_state_dict moves the state to each parameter's device.
+    state = broadcast_object(_on_cpu(optimizer.state_dict()) if rank() == root_rank else None, root_rank)
     if rank() != root_rank:
         optimizer.load_state_dict(state)
+
+
+def _on_cpu(obj):
+    """obj with every tensor in it (dicts, lists, tuples) copied to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _on_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_on_cpu(v) for v in obj)
+    return obj
 
 
 def _initialize_state(optimizer):

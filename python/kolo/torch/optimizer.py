@@ -115,8 +115,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_reducer(self):
         entries = []
+        # The streams the reducer queues its work on (each CUDA parameter's
+        # current one now), by (device, stream): _order_streams.
+        self._streams = {}
         for p in self._params:
             place = dtypes.place(p)
+            if p.is_cuda:
+                s = torch.cuda.current_stream(p.device)
+                self._streams[(p.device.index, s.cuda_stream)] = s
             entries.append((p.numel(), dtypes._NATIVE[p.dtype], place.get("device", -1), place.get("stream", 0)))
         bucket = BUCKET_BYTES if BUCKET_BYTES is not None else _C.fusion_threshold(DEFAULT_BUCKET_BYTES)
         # Horovod's predivide: prescale 1/f, postscale f, with op Average.
@@ -227,10 +233,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     outs.append(sparse[-1][1].data_ptr())
                     continue
                 outs.append(g.data_ptr())
+            self._order_streams(before=True)
             r.results(outs)
+            self._order_streams(before=False)
             for p, dense in sparse:
                 p.grad = dense.to_sparse() if p.grad.is_sparse else p.grad.copy_(dense)
         self._synchronized = True
+
+    def _order_streams(self, before):
+        """The reducer writes the results on the streams it was made with;
+        where training now runs on another stream (torch.cuda.stream(...)),
+        the writes wait for it (before: the gradients zeroed or allocated
+        there) and it waits for them (after: step() reads them there)."""
+        for s in getattr(self, "_streams", {}).values():
+            current = torch.cuda.current_stream(s.device)
+            if current == s:
+                continue
+            if before:
+                s.wait_stream(current)
+            else:
+                current.wait_stream(s)
 
     def mirror_step(self):
         """A joined rank's part in a step of the others: zeros for every bucket."""

@@ -68,9 +68,19 @@ _PINNED_DONE = 64
 _KEEP_RESULTS = 4  # the newest completed works keep their results regardless (module text)
 
 
+@contextlib.contextmanager
 def _on(stream):
-    """The context that makes stream current on its device (nothing for None)."""
-    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+    """The context that makes stream current on its device (nothing for None).
+    Its device is made current first: leaving torch.cuda.stream alone puts
+    back the stream it found on the thread's device — device 0 on kolo's
+    completion thread — and setting device 0 makes a CUDA context there (CUDA
+    12+) in every rank of a host with several GPUs. torch.cuda.device's exit
+    puts the thread's device back without making one (torch >= 2.1)."""
+    if stream is None:
+        yield
+        return
+    with torch.cuda.device(stream.device), torch.cuda.stream(stream):
+        yield
 
 
 def _unwrap(fut):
@@ -180,7 +190,10 @@ class KoloWork(dist.Work):
         return self._value
 
     def synchronize(self):
-        self._order_current_stream()
+        # The copies out of staging are queued on the op's stream only once it
+        # has completed (_settle): ordering the current stream before that
+        # would read stale outputs.
+        self.wait()
 
     def source_rank(self):
         raise RuntimeError("kolo: source_rank() belongs to recv from any source, which kolo does not offer")
