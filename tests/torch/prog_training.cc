@@ -7,10 +7,26 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <sstream>
+#include <type_traits>
 
 namespace prog {
 
 namespace {
+
+// An optimizer's key for p's state: LibTorch up to 2.0 keys it by the
+// TensorImpl's address as text (c10::guts::to_string, since removed), later
+// ones by the address itself.
+template <class State>
+auto state_key(const State&, const torch::Tensor& p) {
+  if constexpr (std::is_same_v<typename State::key_type, std::string>) {
+    std::ostringstream text;
+    text << p.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return p.unsafeGetTensorImpl();
+  }
+}
 
 // --clip: clip_grad_norm_ to this norm between synchronize() and the update;
 // counts the steps that were clipped.
@@ -266,7 +282,7 @@ int mode_optstate(kolo::Communicator& comm, const Args&) {
   // Momentum buffers in parameter order.
   std::vector<torch::Tensor> bufs;
   for (auto& p : net.parameters()) {
-    auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = opt.state().find(state_key(opt.state(), p));
     bufs.push_back(it == opt.state().end()
                        ? torch::full({1}, -1.0f)
                        : static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer().reshape({-1}));
