@@ -73,6 +73,13 @@ struct Place {
   Kind kind = Kind::Host;
   int device = -1;        // the CUDA device's ordinal in this process
   void* stream = nullptr;  // cudaStream_t
+  // CUDA: false leaves `stream` free to go on with its next work while the
+  // collective runs (communication overlapping computation, as NCCL's own
+  // stream gives); only Work::wait() (or a blocking call's return) then says
+  // the result is there. For fronts whose readers of a result all wait for
+  // its Work first: Horovod's API, torch's process group, the gradient
+  // reducer (its buckets' allreduces).
+  bool stream_waits = true;
   static Place host() { return {}; }
   static Place cuda(int device, void* stream = nullptr) { return {Kind::Cuda, device, stream}; }
   bool on_host() const { return kind == Kind::Host; }

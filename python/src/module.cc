@@ -121,8 +121,15 @@ std::vector<std::size_t> counts(const Counts& v) {
 
 using C = kolo::Communicator;
 
+// A CUDA place leaves the caller's stream free (Place::stream_waits): every
+// Python front (kolo.torch's handles, the process group's works, blocking
+// calls) waits for a collective's Work before anything reads its result, so
+// the stream goes on with its next kernels while the collective runs.
 kolo::Place where(int device, Ptr stream) {
-  return device < 0 ? kolo::Place::host() : kolo::Place::cuda(device, reinterpret_cast<void*>(stream));
+  if (device < 0) return kolo::Place::host();
+  kolo::Place p = kolo::Place::cuda(device, reinterpret_cast<void*>(stream));
+  p.stream_waits = false;
+  return p;
 }
 
 }  // namespace

@@ -259,7 +259,11 @@ struct Reducer::Impl {
       timeline::name_next(fmt::format("bucket {}", k));
       b.t_issue = timeline::now_ns();
     }
-    b.work = comm.allreduce_async(b.target, b.target, b.count, b.wire, wire_op, {}, b.place);
+    // The gradients' stream goes on with backward while the bucket is reduced:
+    // finish() waits for the Work before anything reads the bucket.
+    Place overlapped = b.place;
+    overlapped.stream_waits = false;
+    b.work = comm.allreduce_async(b.target, b.target, b.count, b.wire, wire_op, {}, overlapped);
   }
   void issue_ready() {
     while (next < buckets.size() && buckets[next].pending == 0) issue(next++, true);

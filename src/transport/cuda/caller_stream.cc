@@ -66,7 +66,7 @@ std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place
   auto caller = static_cast<cudaStream_t>(place.stream);
   KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&t->input_ready, cudaEventDisableTiming), what, place.device);
   KOLO_CUDA_CHECK(cudaEventRecord(t->input_ready, caller), what, place.device);
-  if (stream_waits_) {
+  if (stream_waits_ && place.stream_waits) {
     const std::uint32_t number = issued_ + 1;
     const auto wait = cuda::wait_value32();
     if (wait != nullptr && wait(caller, reinterpret_cast<std::uintptr_t>(flag_), number, cuda::kWaitGeq) == 0) {
