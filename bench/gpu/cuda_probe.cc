@@ -19,7 +19,6 @@
 //
 // It starts itself again (--exporter) as a second process that lends it
 // device memory through CUDA IPC, as a peer rank does.
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
@@ -36,6 +35,7 @@
 #include <vector>
 
 #include "kernels/reduce_cuda.h"
+#include "transport/cuda/runtime.h"
 #include "../../tests/common/cuda_main.h"
 
 using namespace kolo;
@@ -151,36 +151,23 @@ struct Peer {
   }
 };
 
-// ---- the driver's stream memory operation, as kolo takes it (transport/cuda/runtime.cc)
-
-using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, std::uint32_t, unsigned);
-
-WaitValue32 wait_value32() {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess)
-    return nullptr;
-  return reinterpret_cast<WaitValue32>(p);
-}
-
 // A word in mapped pinned memory that a stream can be made to wait on.
 struct Word {
   std::uint32_t* p = nullptr;
   std::uint32_t next = 0;
-  WaitValue32 wait = nullptr;
+  gpu::cuda::WaitValue32 wait = nullptr;
   Word() {
     void* m = nullptr;
     test::cuda_ok(cudaHostAlloc(&m, sizeof(std::uint32_t), cudaHostAllocMapped | cudaHostAllocPortable),
                   "cudaHostAlloc");
     p = static_cast<std::uint32_t*>(m);
     *p = 0;
-    wait = wait_value32();
+    wait = gpu::cuda::wait_value32();  // as kolo's planes take it
   }
   // Stream s waits until the word is written (the next value); false if it cannot.
   bool hold(cudaStream_t s) {
     if (wait == nullptr) return false;
-    return wait(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(p), ++next, 0) == CUDA_SUCCESS;
+    return wait(s, reinterpret_cast<std::uintptr_t>(p), ++next, gpu::cuda::kWaitGeq) == 0;
   }
   void let_go() { std::atomic_ref<std::uint32_t>(*p).store(next, std::memory_order_release); }
 };
