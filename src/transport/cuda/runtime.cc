@@ -98,10 +98,7 @@ bool has_context(int device) {
 }  // namespace
 
 DeviceScope::~DeviceScope() {
-  // Since CUDA 12 cudaSetDevice makes the device's context: putting back a
-  // device the caller never used (a thread that never chose one reads 0)
-  // would put a context, hundreds of MiB, on GPU 0 in every rank. Left as
-  // torch's device guard leaves it then.
+  // Only where it has a context: see runtime.h (hundreds of MiB on GPU 0 per rank otherwise).
   if (previous_ != device_ && has_context(previous_)) (void)cudaSetDevice(previous_);
 }
 
