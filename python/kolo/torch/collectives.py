@@ -60,9 +60,15 @@ def _name_next(name):
         _C.timeline_name_next(str(name))
 
 
-# Named operations issued on each communicator (by id) since its last join():
-# join() tells the rank that joined last by them (torch/optimizer.py).
+# Since each communicator's (by id) last join(): the named operations issued
+# and the DistributedOptimizer steps taken; join() tells the rank that joined
+# last by them (torch/optimizer.py). Counted per communicator, not on the
+# optimizer: join() finds the optimizer through a weak reference, and an
+# optimizer no longer used lives until the garbage collector frees it, at a
+# different moment on each rank (once one rank counted a dead test's steps and
+# its peer did not, and join() named the wrong rank).
 named_issued = collections.Counter()
+steps_taken = collections.Counter()
 
 
 _key = operation_key  # the engine's name of a named operation (kolo/names.py)

@@ -38,7 +38,7 @@ from kolo import _C, basics
 from kolo.basics import comm, error
 from kolo.process_sets import communicator, with_process_set
 from kolo.torch import dtypes
-from kolo.torch.collectives import named_issued
+from kolo.torch.collectives import named_issued, steps_taken
 from kolo.torch.compression import Compression
 from kolo.torch.dtypes import Average
 
@@ -95,7 +95,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if not p.is_floating_point():
                 raise TypeError(error(what, f"parameter '{self._names.get(p)}' has dtype {p.dtype}; "
                                       "gradients need a floating dtype"))
-        self._rounds = 0  # steps this rank took part in as an active rank since the last join()
         self._should_synchronize = True
         self._synchronized = False
         self._serial = basics.communicator_serial()
@@ -220,7 +219,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             r.finish()
         finally:
             self._held.clear()
-        self._rounds += 1
+        steps_taken[id(self._comm())] += 1
         with torch.no_grad():
             outs, sparse = [], []
             for p in self._params:
@@ -339,10 +338,7 @@ def join(device=-1, process_set=None):
     # The last to join stepped the most (since the previous join), else issued
     # the most named operations, and then waited the fewest rounds.
     issued = named_issued.pop(id(c), 0)
-    mine = torch.tensor([opt._rounds if opt is not None else 0, issued, -waited], dtype=torch.int64,
-                        device="cpu")
-    if opt is not None:
-        opt._rounds = 0
+    mine = torch.tensor([steps_taken.pop(id(c), 0), issued, -waited], dtype=torch.int64, device="cpu")
     every = torch.empty(c.size(), 3, dtype=torch.int64, device="cpu")
     c.allgather(mine.data_ptr(), every.data_ptr(), 3, _C.I64)
     keys = [tuple(row) for row in every.tolist()]

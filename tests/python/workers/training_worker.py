@@ -12,6 +12,7 @@ mid-training. Run under kolorun: training_worker.py MODE [RESULT_DIR].
              kolo error naming rank 1 (written to RESULT_DIR/rank.R.err)
 """
 import copy
+import gc
 import os
 import signal
 import sys
@@ -159,7 +160,21 @@ def mode_join():
 def join_then_allgather():
     """As Horovod: an allgather against a joined rank is an error on the rank
     that issued it; the joined rank goes on waiting, the other joins later,
-    and join() returns the last rank to join (no optimizer steps here)."""
+    and join() returns the last rank to join. Before it every rank steps an
+    optimizer twice that only rank 0 keeps alive (as the garbage collector
+    frees a finished one on one rank before another): the steps count on
+    every rank alike, whether the optimizer still lives or not."""
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for s in range(2):
+        opt.zero_grad()
+        loss_fn(model, *batch(s, B, first=R * B)).backward()
+        opt.step()
+    kept = opt if R == 0 else None  # noqa: F841 (kept alive on rank 0 only)
+    del opt, model
+    gc.collect()
+    check((kolo_optimizer.latest_optimizer() is None) == (R != 0), "the optimizer lives on rank 0 only")
     for first in range(N):
         if R == first:
             last = hvd.join()
