@@ -327,8 +327,11 @@ def join(device=-1, process_set=None):
     c = comm()
     opt = latest_optimizer()
     if opt is not None and (not opt._included or opt._comm() is not c):
-        raise RuntimeError(error("join", "the latest DistributedOptimizer runs on another process set "
-                                 "than this join()"))
+        # Not an error here: a finished optimizer may still be alive on this
+        # rank only (not yet collected), and an error on one rank would leave
+        # the others waiting. Should the other ranks step on this set, the
+        # flag rounds say that this rank has nothing to mirror.
+        opt = None
     flag = torch.zeros(1, dtype=torch.int32, device="cpu")
     c.set_joined(True)  # meanwhile, the other ranks' named allreduces run with zeros from this rank
     try:
@@ -362,6 +365,6 @@ def _wait_for_all_joined(c, flag, opt):
             break
         if opt is None:
             raise RuntimeError(error("join", "other ranks are stepping a DistributedOptimizer, "
-                                     "but this rank has none to mirror"))
+                                     "but this rank has none on this process set to mirror"))
         opt.mirror_step()
     return waited
