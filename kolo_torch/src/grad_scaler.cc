@@ -12,6 +12,9 @@
 #include <torch/utils.h>
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "common.h"
 
@@ -50,15 +53,20 @@ void GradScaler::unscale(DistributedOptimizer& optimizer) {
   // The reciprocal in f32, as torch.cuda.amp does; scales are powers of two
   // unless configured otherwise, so this is exact.
   const float inv = static_cast<float>(1.0 / state_.scale);
-  std::int32_t bad = 0;
+  // max|g| is inf or NaN iff some element is (max propagates NaN). The
+  // maxima stay on their device until one read per device: a read of each
+  // gradient's would wait for the GPU once per parameter.
+  std::map<std::string, std::vector<::torch::Tensor>> maxima;  // by device
   for (auto& group : optimizer.optimizer().param_groups())
     for (auto& p : group.params()) {
       auto& g = p.mutable_grad();
       if (!g.defined()) continue;
       g.mul_(inv);
-      // max|g| is inf or NaN iff some element is (max propagates NaN).
-      if (!bad && g.numel() > 0 && !std::isfinite(g.abs().max().item<double>())) bad = 1;
+      if (g.numel() > 0) maxima[g.device().str()].push_back(g.abs().max().to(::torch::kFloat64));
     }
+  std::int32_t bad = 0;
+  for (const auto& [device, m] : maxima)
+    if (!::torch::stack(m).isfinite().all().item<bool>()) bad = 1;
   comm.allreduce(&bad, 1, Op::Max);
   found_inf_ = bad != 0;
 }
