@@ -5,6 +5,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <torch/version.h>
+#include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <map>
@@ -44,16 +45,31 @@ Place place_of(const ::torch::Tensor& t, const std::string& what, int rank) {
                                            "only; move it to the CPU",
                                            what, t.device().str()));
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
-  // The current stream through c10's device-generic interface: no CUDA
-  // header is needed, so one kolo_torch source serves CPU and CUDA LibTorch.
-  const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
-  return Place::cuda(t.device().index(), cuda.getStream(t.device()).native_handle());
+  return Place::cuda(t.device().index(), current_stream(t)->native_handle());
 #else
   throw Error(prefix(rank) + fmt::format("{} is on {}, but kolo_torch was built against LibTorch {}, "
                                          "whose streams it cannot name: build it against LibTorch "
                                          ">= 2.2 for CUDA tensors, or move the tensor to the CPU",
                                          what, t.device().str(), TORCH_VERSION));
 #endif
+}
+
+c10::Stream current_stream(c10::Device cuda_device) {
+  // Through c10's device-generic interface: no CUDA header is needed, so one
+  // kolo_torch source serves CPU and CUDA LibTorch.
+  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(cuda_device);
+}
+
+std::optional<c10::Stream> current_stream(const ::torch::Tensor& t) {
+  if (!t.device().is_cuda()) return std::nullopt;
+  return current_stream(t.device());
+}
+
+void order(const c10::Stream& earlier, const c10::Stream& later) {
+  if (earlier == later) return;
+  c10::Event done(earlier.device_type());
+  done.record(earlier);
+  done.block(later);
 }
 
 std::string describe(const ::torch::Tensor& t) {

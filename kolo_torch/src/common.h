@@ -1,7 +1,10 @@
 // Helpers shared by kolo_torch's translation units (private).
 #pragma once
 
+#include <optional>
 #include <string>
+
+#include <c10/core/Stream.h>
 
 #include "kolo/torch.h"
 
@@ -19,6 +22,15 @@ DType kolo_dtype(c10::ScalarType t, const std::string& what, int rank);
 // sparse tensors, other devices, and CUDA tensors of a LibTorch older than 2.2
 // (whose streams kolo cannot name without CUDA headers).
 Place place_of(const ::torch::Tensor& t, const std::string& what, int rank);
+
+// LibTorch's current stream on a CUDA device.
+c10::Stream current_stream(c10::Device cuda_device);
+// ... on a CUDA tensor's device (the one place_of names); nullopt for a CPU tensor.
+std::optional<c10::Stream> current_stream(const ::torch::Tensor& t);
+
+// Work queued on `later` from now on waits for the work queued on `earlier`
+// so far (a c10 event: no CUDA header); nothing where they are one stream.
+void order(const c10::Stream& earlier, const c10::Stream& later);
 
 // "[128, 9216] f32"
 std::string describe(const ::torch::Tensor& t);

@@ -66,6 +66,8 @@ struct DistributedOptimizer::Impl {
     std::uintptr_t hook_key = 0;
     ::torch::Tensor view;   // the parameter's slot of its bucket (the reducer's memory), shaped like it
     bool use_view = false;  // .grad is kept as `view` (gradient_as_bucket_view)
+    // A CUDA parameter's stream the reducer works on (current at construction).
+    std::optional<c10::Stream> stream;
     bool grad_is_view() const {
       const auto& g = tensor.grad();
       return use_view && g.defined() && g.data_ptr() == view.data_ptr() &&
@@ -88,6 +90,22 @@ struct DistributedOptimizer::Impl {
   bool synchronized = false;
   std::vector<std::string> errors;     // found in hooks, thrown by step()
   std::vector<::torch::Tensor> held;   // gradients the reducer reads until finish()
+  std::vector<c10::Stream> streams;    // the parameters' streams, each once
+
+  // Training may run on other streams than the reducer's (the autograd
+  // engine's current one in a hook, a torch::cuda stream guard in step()):
+  // the reducer's reads wait for gradients written there (hand_over), its
+  // writes of results for what the current streams queued before
+  // (before=true), and the current streams for the results (before=false).
+  void order_reads(const Param& p) {
+    if (p.stream) detail::order(*detail::current_stream(p.tensor), *p.stream);
+  }
+  void order_results(bool before) {
+    for (const auto& s : streams) {
+      const auto current = detail::current_stream(s.device());
+      before ? detail::order(current, s) : detail::order(s, current);
+    }
+  }
 
   ~Impl() {
     for (auto& p : params)
@@ -211,6 +229,9 @@ void DistributedOptimizer::Impl::init(NamedTensors named) {
     Param p;
     p.name = name;
     p.tensor = t;
+    p.stream = detail::current_stream(t);
+    if (p.stream && std::find(streams.begin(), streams.end(), *p.stream) == streams.end())
+      streams.push_back(*p.stream);
     params.push_back(std::move(p));
   }
   ReducerOptions ro;
@@ -318,6 +339,7 @@ void DistributedOptimizer::Impl::hand_over(std::size_t i) {
     // A bucket of this parameter alone (every parameter above the bucket
     // cap) reduces backward's gradient tensor where it lies: no copy at all.
     held.push_back(g);
+    order_reads(p);
     if (!reducer->ready(i, g.data_ptr(), /*in_place=*/true) && p.use_view)
       p.tensor.mutable_grad() = p.view;  // e.g. the user reset .grad and AccumulateGrad made a new one
     return;
@@ -326,6 +348,7 @@ void DistributedOptimizer::Impl::hand_over(std::size_t i) {
   ::torch::Tensor flat = p.use_view ? p.view : ::torch::empty_like(p.tensor, ::torch::MemoryFormat::Contiguous);
   flat.view(g.sizes()).copy_(g);
   if (!p.use_view) held.push_back(flat);
+  order_reads(p);
   reducer->ready(i, flat.data_ptr());
   if (p.use_view && g.sizes() == p.tensor.sizes()) p.tensor.mutable_grad() = p.view;
 }
@@ -408,7 +431,9 @@ void DistributedOptimizer::Impl::synchronize(bool shadow) {
         missing.size() == 1 ? "parameter" : "parameters", names)));
   }
   ::torch::NoGradGuard no_grad;
+  order_results(true);
   for (std::size_t i = 0; i < params.size(); ++i) write_result(i);
+  order_results(false);
   synchronized = true;
 }
 

@@ -115,13 +115,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_reducer(self):
         entries = []
         # The streams the reducer queues its work on (each CUDA parameter's
-        # current one now), by (device, stream): _order_streams.
-        self._streams = {}
+        # current one now): per parameter (_hand_over) and by (device, stream)
+        # (_order_streams).
+        self._streams, self._stream_of = {}, []
         for p in self._params:
             place = dtypes.place(p)
-            if p.is_cuda:
-                s = torch.cuda.current_stream(p.device)
+            s = torch.cuda.current_stream(p.device) if p.is_cuda else None
+            if s is not None:
                 self._streams[(p.device.index, s.cuda_stream)] = s
+            self._stream_of.append(s)
             entries.append((p.numel(), dtypes._NATIVE[p.dtype], place.get("device", -1), place.get("stream", 0)))
         bucket = BUCKET_BYTES if BUCKET_BYTES is not None else _C.fusion_threshold(DEFAULT_BUCKET_BYTES)
         # Horovod's predivide: prescale 1/f, postscale f, with op Average.
@@ -189,6 +191,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # back sparse.
             g = (g.to_dense() if g.is_sparse else g).to(device=p.device, dtype=p.dtype).contiguous()
         self._held[i] = g
+        s = self._stream_of[i]
+        if s is not None and torch.cuda.current_stream(s.device) != s:
+            # Backward ran on another stream (the autograd engine's current one
+            # here): the reducer's reads of g on s wait for its writes.
+            s.wait_stream(torch.cuda.current_stream(s.device))
         self._reducer.ready(i, g.data_ptr(), own)
 
     # ---- one round -----------------------------------------------------------------
