@@ -11,6 +11,7 @@ mid-training. Run under kolorun: training_worker.py MODE [RESULT_DIR].
   kill       rank 1 SIGKILLs itself at step 3; the others must raise a
              kolo error naming rank 1 (written to RESULT_DIR/rank.R.err)
 """
+import contextlib
 import copy
 import gc
 import os
@@ -20,7 +21,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import await_the_kill, check, done, randn  # noqa: E402
+from common import DEVICE, await_the_kill, check, done, randn  # noqa: E402
 
 import kolo.torch as hvd  # noqa: E402
 from kolo.torch import optimizer as kolo_optimizer  # noqa: E402
@@ -65,7 +66,11 @@ def train_reference(steps, rows, passes=1, loss_scale=1.0, dtype=torch.float64):
     return params(model)
 
 
-def train_distributed(steps, passes=1, sync_first=False, dtype=torch.float64, **kwargs):
+def train_distributed(steps, passes=1, sync_first=False, dtype=torch.float64, side_stream=False, **kwargs):
+    """side_stream (CUDA): the optimizer is made on the default stream, the
+    steps run on another one, each behind a GPU sleep, so that a reducer that
+    read gradients or wrote results out of order with them would see stale
+    values."""
     model = make_model(dtype)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
@@ -73,18 +78,24 @@ def train_distributed(steps, passes=1, sync_first=False, dtype=torch.float64, **
                                    backward_passes_per_step=passes, **kwargs)
     check(isinstance(opt, torch.optim.SGD), "DistributedOptimizer is an SGD")
     hvd.broadcast_optimizer_state(opt, root_rank=0)
-    for s in range(steps):
-        opt.zero_grad()
-        for k in range(passes):
-            x, y = batch(s * passes + k, B, first=R * B, dtype=dtype)
-            (loss_fn(model, x, y) / passes).backward()
-        if sync_first:
-            opt.synchronize()
-            with opt.skip_synchronize():
+    with torch.cuda.stream(torch.cuda.Stream()) if side_stream else contextlib.nullcontext():
+        for s in range(steps):
+            opt.zero_grad()
+            for k in range(passes):
+                x, y = batch(s * passes + k, B, first=R * B, dtype=dtype)
+                if side_stream:
+                    torch.cuda._sleep(20_000_000)  # ~10 ms of GPU time before backward's kernels
+                (loss_fn(model, x, y) / passes).backward()
+            if sync_first:
+                opt.synchronize()
+                with opt.skip_synchronize():
+                    opt.step()
+            else:
                 opt.step()
-        else:
-            opt.step()
-    return params(model)
+        got = params(model)
+    if side_stream:
+        torch.cuda.synchronize()
+    return got
 
 
 def close(a, b, tol):
@@ -102,6 +113,9 @@ def mode_optimizer():
     check(close(got, ref, 1e-10), "with small buckets (several per step)")
     got = train_distributed(5, sync_first=True)
     check(close(got, ref, 1e-10), "synchronize() + skip_synchronize()")
+    if DEVICE == "cuda":
+        got = train_distributed(5, side_stream=True)
+        check(close(got, ref, 1e-10), f"training on another stream: max diff {(got - ref).abs().max()}")
     got = train_distributed(5, gradient_predivide_factor=4.0)
     check(close(got, ref, 1e-10), "gradient_predivide_factor")
     ref2 = train_reference(3, N * B, passes=2)
