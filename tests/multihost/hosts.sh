@@ -109,6 +109,9 @@ kh_on_down() { KH_ON_DOWN=("$1" "${KH_ON_DOWN[@]}"); }
 
 # "pid starttime" identifies a process even after its pid is reused.
 kh_proc_id() { local s; s=$(cut -d' ' -f22 "/proc/$1/stat" 2>/dev/null) && echo "$1 $s"; }
+# The owner file appears whole (a rename): another run's kh_down_stale that found it empty, as
+# a redirection leaves it for a moment, took the run for dead and removed its directory (CI).
+kh_write_owner() { echo "$1" > "$KH_DIR/owner.new" && mv -f "$KH_DIR/owner.new" "$KH_DIR/owner"; }
 kh_owner_alive() {
   local f=$KH_ROOT/$KH_PREFIX-$1/owner o
   [ -f "$f" ] || return 1
@@ -307,7 +310,7 @@ kh_up() {
   KH_DIR=$KH_ROOT/$KH_PREFIX-$KH_ID
   mkdir -m 755 "$KH_DIR" || return 1           # 755: munged (user munge) lives below
   if [ -z "$owner" ]; then
-    kh_proc_id $$ > "$KH_DIR/owner"
+    kh_write_owner "$(kh_proc_id $$)"
     kh_trap
     # Watchdog: if this shell dies without its trap (SIGKILL from a test timeout), tear down.
     setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$3" ]; do sleep 1; done
@@ -316,7 +319,7 @@ kh_up() {
     KH_WATCH_PID=$!
     disown $!
   else
-    echo "$owner" > "$KH_DIR/owner"
+    kh_write_owner "$owner"
   fi
   KH_NET=$(kh_pick_net) || { kh_down; return 1; }
   echo "$KH_NET" > "$KH_DIR/net"
