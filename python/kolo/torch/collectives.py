@@ -13,7 +13,7 @@ rank. alltoall is matched by call order, named or not.
 The non-underscore, non-async functions are differentiable
 (kolo/torch/autograd.py); these are the plain versions they call.
 """
-import collections
+import weakref
 
 import torch
 
@@ -60,15 +60,23 @@ def _name_next(name):
         _C.timeline_name_next(str(name))
 
 
-# Since each communicator's (by id) last join(): the named operations issued
-# and the DistributedOptimizer steps taken; join() tells the rank that joined
-# last by them (torch/optimizer.py). Counted per communicator, not on the
-# optimizer: join() finds the optimizer through a weak reference, and an
-# optimizer no longer used lives until the garbage collector frees it, at a
-# different moment on each rank (once one rank counted a dead test's steps and
-# its peer did not, and join() named the wrong rank).
-named_issued = collections.Counter()
-steps_taken = collections.Counter()
+class _SinceJoin(weakref.WeakKeyDictionary):
+    """A count per communicator since its last join(), gone with it (keys by
+    id could pass one's count on to a later communicator at its address)."""
+
+    def add(self, c, n=1):
+        self[c] = self.get(c, 0) + n
+
+
+# The named operations issued and the DistributedOptimizer steps taken:
+# join() tells the rank that joined last by them (torch/optimizer.py).
+# Counted per communicator, not on the optimizer: join() finds the optimizer
+# through a weak reference, and an optimizer no longer used lives until the
+# garbage collector frees it, at a different moment on each rank (once one
+# rank counted a dead test's steps and its peer did not, and join() named the
+# wrong rank).
+named_issued = _SinceJoin()
+steps_taken = _SinceJoin()
 
 
 _key = operation_key  # the engine's name of a named operation (kolo/names.py)
@@ -114,7 +122,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
     if blocking and not key:
         c.allreduce(*args, **where)
         return finish()
-    named_issued[id(c)] += bool(key)
+    named_issued.add(c, bool(key))
     work = c.allreduce_async(*args, **where, name=key)
     if blocking:
         work.wait()
@@ -254,7 +262,7 @@ def _allgather_named(what, t, key, name, blocking):
     mine = torch.tensor(descriptions.describe(_DTYPE_INDEX[t.dtype], t.shape, ()), dtype=torch.int64,
                         device="cpu")
     table = torch.empty(c.size(), mine.numel(), dtype=torch.int64, device="cpu")
-    named_issued[id(c)] += 1
+    named_issued.add(c)
     described = c.allgather_async(mine.data_ptr(), table.data_ptr(), mine.numel(), _C.I64, name=key)
     rows_of = t.cpu() if t.is_cuda else t  # named operations take host memory (_through_host)
 
@@ -312,7 +320,7 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
     if blocking and not key:
         c.broadcast(*args, **where)
         return output
-    named_issued[id(c)] += bool(key)
+    named_issued.add(c, bool(key))
     work = c.broadcast_async(*args, **where, name=key)
     if blocking:
         work.wait()
@@ -430,7 +438,7 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
     if blocking and not key:
         c.reduce_scatter(*args, **where)
         return finish()
-    named_issued[id(c)] += bool(key)
+    named_issued.add(c, bool(key))
     work = c.reduce_scatter_async(*args, **where, name=key)
     if blocking:
         work.wait()

@@ -226,7 +226,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             r.finish()
         finally:
             self._held.clear()
-        steps_taken[id(self._comm())] += 1
+        steps_taken.add(self._comm())
         with torch.no_grad():
             outs, sparse = [], []
             for p in self._params:
@@ -347,8 +347,8 @@ def join(device=-1, process_set=None):
         c.set_joined(False)
     # The last to join stepped the most (since the previous join), else issued
     # the most named operations, and then waited the fewest rounds.
-    issued = named_issued.pop(id(c), 0)
-    mine = torch.tensor([steps_taken.pop(id(c), 0), issued, -waited], dtype=torch.int64, device="cpu")
+    issued = named_issued.pop(c, 0)
+    mine = torch.tensor([steps_taken.pop(c, 0), issued, -waited], dtype=torch.int64, device="cpu")
     every = torch.empty(c.size(), 3, dtype=torch.int64, device="cpu")
     c.allgather(mine.data_ptr(), every.data_ptr(), 3, _C.I64)
     keys = [tuple(row) for row in every.tolist()]
