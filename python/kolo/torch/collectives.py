@@ -24,7 +24,7 @@ from kolo.process_sets import root_in_scope, with_process_set
 from kolo.reduce_ops import resolve_op
 from kolo.splits import split_rows
 from kolo.torch import dtypes
-from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, place, reduce_plan
+from kolo.torch.dtypes import Average, Sum, check_tensor, move_code, place, reduce_plan, through_host
 
 
 def _scale(what, t, factor, kind):
@@ -42,16 +42,10 @@ def _scale(what, t, factor, kind):
 
 
 def _through_host(key, src, dst):
-    """(src, dst, back) for a named operation: kolo's named operations take
-    host memory only (kolo.h), so a CUDA tensor's goes through host copies —
-    src's copied now (after the work queued on the current stream, as torch's
-    .cpu() is), the result copied back into dst by back() — as alltoall's does.
-    Unnamed, or on the CPU: src, dst and no back."""
-    if not key or not src.is_cuda:
-        return src, dst, None
-    hs = src.cpu()
-    hd = hs if dst is src else torch.empty(dst.shape, dtype=dst.dtype, device="cpu")
-    return hs, hd, lambda: dst.copy_(hd)
+    """(src, dst, back) for an operation named `key`: kolo's named operations
+    take host memory only, so a CUDA tensor's goes through host copies
+    (dtypes.through_host); unnamed: src, dst and no back."""
+    return through_host(src, dst) if key else (src, dst, None)
 
 
 def _name_next(name):

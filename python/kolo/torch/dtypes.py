@@ -65,6 +65,19 @@ def place(t):
     return {"device": t.device.index, "stream": torch.cuda.current_stream(t.device).cuda_stream}
 
 
+def through_host(src, dst):
+    """(src, dst, back) for an operation of kolo's that takes host memory
+    only (kolo.h): a CUDA src is copied to the CPU now (after the work queued
+    on the current stream, as torch's .cpu() is) and dst gets a CPU twin (src's
+    copy where dst is src), which back() copies into dst. On the CPU: src, dst
+    and no back."""
+    if not src.is_cuda:
+        return src, dst, None
+    hs = src.cpu()
+    hd = hs if dst is src else torch.empty(dst.shape, dtype=dst.dtype, device="cpu")
+    return hs, hd, lambda: dst.copy_(hd)
+
+
 def move_code(t):
     """(dtype code, element count) for moving t's bytes unchanged."""
     code = _NATIVE.get(t.dtype)

@@ -115,15 +115,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_reducer(self):
         entries = []
         # The streams the reducer queues its work on (each CUDA parameter's
-        # current one now): per parameter (_hand_over) and by (device, stream)
-        # (_order_streams).
-        self._streams, self._stream_of = {}, []
+        # current one now): per parameter (_hand_over), each once (_order_streams).
+        self._stream_of = [torch.cuda.current_stream(p.device) if p.is_cuda else None for p in self._params]
+        self._streams = {s for s in self._stream_of if s is not None}
         for p in self._params:
             place = dtypes.place(p)
-            s = torch.cuda.current_stream(p.device) if p.is_cuda else None
-            if s is not None:
-                self._streams[(p.device.index, s.cuda_stream)] = s
-            self._stream_of.append(s)
             entries.append((p.numel(), dtypes._NATIVE[p.dtype], place.get("device", -1), place.get("stream", 0)))
         bucket = BUCKET_BYTES if BUCKET_BYTES is not None else _C.fusion_threshold(DEFAULT_BUCKET_BYTES)
         # Horovod's predivide: prescale 1/f, postscale f, with op Average.
@@ -192,10 +188,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             g = (g.to_dense() if g.is_sparse else g).to(device=p.device, dtype=p.dtype).contiguous()
         self._held[i] = g
         s = self._stream_of[i]
-        if s is not None and torch.cuda.current_stream(s.device) != s:
-            # Backward ran on another stream (the autograd engine's current one
-            # here): the reducer's reads of g on s wait for its writes.
-            s.wait_stream(torch.cuda.current_stream(s.device))
+        if s is not None:
+            # Backward may have run on another stream (the autograd engine's
+            # current one here): the reducer's reads of g on s wait for its writes.
+            current = torch.cuda.current_stream(s.device)
+            if current != s:
+                s.wait_stream(current)
         self._reducer.ready(i, g.data_ptr(), own)
 
     # ---- one round -----------------------------------------------------------------
@@ -251,7 +249,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         where training now runs on another stream (torch.cuda.stream(...)),
         the writes wait for it (before: the gradients zeroed or allocated
         there) and it waits for them (after: step() reads them there)."""
-        for s in getattr(self, "_streams", {}).values():
+        for s in self._streams:
             current = torch.cuda.current_stream(s.device)
             if current == s:
                 continue

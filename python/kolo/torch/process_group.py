@@ -84,7 +84,7 @@ from kolo import _C
 from kolo.basics import error
 from kolo.splits import split_rows
 from kolo.torch import dtypes
-from kolo.torch.dtypes import place
+from kolo.torch.dtypes import place, through_host
 from kolo.torch.process_group_rendezvous import communicator_for, install_env_handler
 from kolo.torch.process_group_work import Completer
 
@@ -488,11 +488,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
         back() copies the result into `out` (None on the CPU), `staged` the
         host copies the op must keep."""
         code, per = _unit(send)
-        hs, ho, back = send, out, None
-        if send.is_cuda:
-            hs = send.cpu()  # after the work queued on the current stream
-            ho = torch.empty(out.shape, dtype=out.dtype, device="cpu")
-            back = lambda: out.copy_(ho)  # noqa: E731
+        hs, ho, back = through_host(send, out)
         work = self._comm.alltoallv_async(hs.data_ptr(), [x * unit * per for x in sends], [],
                                           ho.data_ptr(), [x * unit * per for x in recvs], [], code)
         return work, back, (hs, ho)
