@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "kernels/convert_cuda.h"
 
 namespace kolo::kernels::cuda {
@@ -12,24 +14,29 @@ namespace {
 template <class T> __device__ float widen(T x) { return static_cast<float>(x); }
 template <> __device__ float widen(__half x) { return __half2float(x); }
 template <> __device__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T> __device__ double widen64(T x) { return static_cast<double>(widen(x)); }
+__device__ double widen64(double x) { return x; }
 template <class T> __device__ T narrow(float x) { return static_cast<T>(x); }
 template <> __device__ __half narrow(float x) { return __float2half_rn(x); }
 template <> __device__ __nv_bfloat16 narrow(float x) { return __float2bfloat16_rn(x); }
 
+// As the host's conversion (reducer/fusion_copy.cc), bit for bit: in f32 for
+// f32/f16/bf16; in f64 where either side is f64, then rounded once to f32 and
+// from there to f16/bf16 — never from f64 straight to a 16-bit type.
 template <class D, class S>
 __global__ void convert_kernel(D* dst, const S* src, std::size_t n, double scale) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
-    if constexpr (std::is_same_v<D, double> || std::is_same_v<S, double>)
-      dst[i] = static_cast<D>(static_cast<double>(widen(src[i])) * scale);
-    else
+    if constexpr (std::is_same_v<D, double> || std::is_same_v<S, double>) {
+      const double v = widen64(src[i]) * scale;
+      if constexpr (std::is_same_v<D, double>)
+        dst[i] = v;
+      else
+        dst[i] = narrow<D>(static_cast<float>(v));
+    } else {
       dst[i] = narrow<D>(widen(src[i]) * static_cast<float>(scale));
+    }
   }
-}
-template <> __global__ void convert_kernel(double* dst, const double* src, std::size_t n, double scale) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(blockDim.x) * gridDim.x)
-    dst[i] = src[i] * scale;
 }
 
 template <class D, class S>

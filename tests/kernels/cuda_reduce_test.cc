@@ -5,8 +5,11 @@
 // kernel's vector loads (aligned buffers, and counts that leave a tail) and
 // its element loads (forced, or pointers off the 16-byte alignment), out of
 // place and in place (the output one of the inputs, as the ipc plane's
-// sharded allreduce reduces). Needs a GPU: exit code 77 (ctest: skipped)
-// where none can be used.
+// sharded allreduce reduces). And the reducer's CUDA conversion kernel
+// (kernels/convert_cuda.h) against its host twin (reducer/fusion_copy.h):
+// every pair of floating dtypes, scaled and not, bit for bit (any NaN for a
+// NaN: the two sides keep different payloads). Needs a GPU: exit code 77
+// (ctest: skipped) where none can be used.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -14,8 +17,10 @@
 #include <random>
 #include <vector>
 
+#include "kernels/convert_cuda.h"
 #include "kernels/reduce.h"
 #include "kernels/reduce_cuda.h"
+#include "reducer/fusion_copy.h"
 #include "../common/cuda_main.h"
 
 using namespace kolo;
@@ -90,6 +95,42 @@ void check(DType t, Op op, int n, std::size_t count, int divisor, std::mt19937_6
   if (allocated != nullptr) test::cuda_ok(cudaFree(allocated), "cudaFree");
 }
 
+bool is_nan(DType t, const unsigned char* p) {
+  switch (t) {
+    case DType::F32: { float v; std::memcpy(&v, p, 4); return v != v; }
+    case DType::F64: { double v; std::memcpy(&v, p, 8); return v != v; }
+    case DType::F16: { Half h; std::memcpy(&h, p, 2); const float v = kernels::half_to_float(h); return v != v; }
+    default: { BFloat16 b; std::memcpy(&b, p, 2); const float v = kernels::bf16_to_float(b); return v != v; }
+  }
+}
+
+void check_convert(DType dt, DType st, std::size_t count, double scale, std::mt19937_64& rng) {
+  std::vector<unsigned char> in;
+  fill(st, in, count, rng);
+  const std::size_t ed = dtype_size(dt);
+  std::vector<unsigned char> want(count * ed), got(count * ed);
+  fusion::convert(want.data(), dt, in.data(), st, count, scale, Place::host());
+  void *src = nullptr, *dst = nullptr;
+  test::cuda_ok(cudaMalloc(&src, in.size()), "cudaMalloc");
+  test::cuda_ok(cudaMalloc(&dst, got.size()), "cudaMalloc");
+  test::cuda_ok(cudaMemcpy(src, in.data(), in.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  test::cuda_ok(kernels::cuda::convert(dst, dt, src, st, count, scale, nullptr), "convert");
+  test::cuda_ok(cudaMemcpy(got.data(), dst, got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  std::size_t i = 0;
+  while (i < count && (std::memcmp(got.data() + i * ed, want.data() + i * ed, ed) == 0 ||
+                       (is_nan(dt, got.data() + i * ed) && is_nan(dt, want.data() + i * ed))))
+    ++i;
+  if (i == count) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::fprintf(stderr, "FAILED convert %s -> %s count=%zu scale=%g: first difference at element %zu\n",
+                 dtype_name(st), dtype_name(dt), count, scale, i);
+  }
+  test::cuda_ok(cudaFree(src), "cudaFree");
+  test::cuda_ok(cudaFree(dst), "cudaFree");
+}
+
 }  // namespace
 
 int main() {
@@ -113,6 +154,10 @@ int main() {
           check(t, op, n, count, 0, rng, Layout::InPlace);
           check(t, op, n, count, 0, rng, Layout::Aligned, kernels::cuda::Loads::Scalar);
         }
-  std::printf("cuda reduce kernel: %d passed, %d failed\n", g_passed, g_failed);
+  for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16})
+    for (DType st : {DType::F32, DType::F64, DType::F16, DType::BF16})
+      for (double scale : {1.0, 0.5, 1.0 / 3.0})
+        check_convert(dt, st, 100003, scale, rng);
+  std::printf("cuda reduce and convert kernels: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }
