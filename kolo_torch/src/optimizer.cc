@@ -47,6 +47,8 @@
 #include <functional>
 #include <mutex>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "common.h"
 #include "kolo/reducer.h"
@@ -153,7 +155,8 @@ struct DistributedOptimizer::Impl {
   }
   void on_grad(std::size_t i, bool sparse);
   void hand_over(std::size_t i);
-  void write_result(std::size_t i);
+  ::torch::Tensor write_result(std::size_t i);
+  void copy_back(std::size_t i, const ::torch::Tensor& out);
   void synchronize(bool shadow = false);
   void zero_grad(bool set_to_none);
 };
@@ -353,21 +356,32 @@ void DistributedOptimizer::Impl::hand_over(std::size_t i) {
   if (p.use_view && g.sizes() == p.tensor.sizes()) p.tensor.mutable_grad() = p.view;
 }
 
-// The reduced gradient of parameter i into .grad. Caller holds mu.
-void DistributedOptimizer::Impl::write_result(std::size_t i) {
+// The reduced gradient of parameter i, queued on the reducer's stream: into
+// .grad where it can take it (nothing moves where it was reduced in place or
+// is the view), else into the tensor returned, which copy_back() puts into
+// .grad once the current stream waits for the reducer's. Caller holds mu.
+::torch::Tensor DistributedOptimizer::Impl::write_result(std::size_t i) {
   auto& p = params[i];
-  ::torch::Tensor& g = p.tensor.mutable_grad();
+  const ::torch::Tensor& g = p.tensor.grad();
   if (g.defined() && !g.is_sparse() && g.is_contiguous() && g.sizes() == p.tensor.sizes() &&
       g.scalar_type() == p.tensor.scalar_type()) {
-    reducer->result(i, g.data_ptr());  // nothing moves where it was reduced in place or is the view
-    return;
+    reducer->result(i, g.data_ptr());
+    return {};
   }
   ::torch::Tensor out = p.use_view ? p.view : ::torch::empty_like(p.tensor, ::torch::MemoryFormat::Contiguous);
   reducer->result(i, out.data_ptr());
-  if (g.defined() && !g.is_sparse() && g.sizes() == p.tensor.sizes() && g.is_non_overlapping_and_dense())
+  return out;
+}
+
+// write_result's tensor into parameter i's .grad: copied where .grad is a
+// dense tensor of the parameter's shape (another dtype, other strides), else
+// .grad becomes it. Caller holds mu.
+void DistributedOptimizer::Impl::copy_back(std::size_t i, const ::torch::Tensor& out) {
+  ::torch::Tensor& g = params[i].tensor.mutable_grad();
+  if (g.defined() && !g.is_sparse() && g.sizes() == params[i].tensor.sizes() && g.is_non_overlapping_and_dense())
     g.copy_(out);
   else
-    g = p.use_view ? out : out.clone();
+    g = out;
 }
 
 // shadow: a rank that has finished under a Join takes part in another
@@ -432,8 +446,11 @@ void DistributedOptimizer::Impl::synchronize(bool shadow) {
   }
   ::torch::NoGradGuard no_grad;
   order_results(true);
-  for (std::size_t i = 0; i < params.size(); ++i) write_result(i);
-  order_results(false);
+  std::vector<std::pair<std::size_t, ::torch::Tensor>> pending;  // results .grad takes by a copy
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (::torch::Tensor out = write_result(i); out.defined()) pending.emplace_back(i, std::move(out));
+  order_results(false);  // before the copies: they read what the reducer's stream wrote
+  for (const auto& [i, out] : pending) copy_back(i, out);
   synchronized = true;
 }
 
