@@ -76,6 +76,24 @@ steps_taken = _SinceJoin()
 _key = operation_key  # the engine's name of a named operation (kolo/names.py)
 
 
+def _handle(work, keep, finish):
+    """handles.add for torch tensors. finish() runs at synchronize(), maybe
+    on another stream than the one the temporaries in keep were made on: each
+    CUDA tensor is marked used on that stream before the handle lets it go,
+    so that torch's caching allocator does not hand its memory out again
+    while finish()'s copies may still read it."""
+    cuda = [t for t in keep if isinstance(t, torch.Tensor) and t.is_cuda]
+    if not cuda:
+        return handles.add(work, keep, finish)
+
+    def finished():
+        result = finish()
+        for t in cuda:
+            t.record_stream(torch.cuda.current_stream(t.device))
+        return result
+    return handles.add(work, keep, finished)
+
+
 # ---- allreduce ---------------------------------------------------------------------
 def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocking):
     """Reduces tensor into output (output may be tensor: in place).
@@ -121,7 +139,7 @@ def _allreduce_start(what, tensor, output, op, prescale, postscale, name, blocki
     if blocking:
         work.wait()
         return finish()
-    return handles.add(work, (tensor, src, dst, output, hsrc, hdst), finish)
+    return _handle(work, (tensor, src, dst, output, hsrc, hdst), finish)
 
 
 @with_process_set
@@ -243,7 +261,7 @@ def _allgather_start(what, tensor, name, blocking):
     if blocking:
         c.allgatherv(*args, **where)
         return output
-    return handles.add(c.allgatherv_async(*args, **where), (t, output), lambda: output)
+    return _handle(c.allgatherv_async(*args, **where), (t, output), lambda: output)
 
 
 def _allgather_named(what, t, key, name, blocking):
@@ -269,7 +287,7 @@ def _allgather_named(what, t, key, name, blocking):
         return output.to(t.device) if t.is_cuda else output
     if blocking:
         return finish()
-    return handles.add(described, (t, mine, table, rows_of), finish)
+    return _handle(described, (t, mine, table, rows_of), finish)
 
 
 def _row_units(t):
@@ -319,7 +337,7 @@ def _broadcast_start(what, tensor, output, root_rank, name, blocking):
     if blocking:
         work.wait()
         return finish()
-    return handles.add(work, (tensor, output, data), finish)
+    return _handle(work, (tensor, output, data), finish)
 
 
 @with_process_set
@@ -370,7 +388,7 @@ def _alltoall_start(what, tensor, splits, name, blocking):
     if blocking:
         c.alltoallv(*args)
         return finish()
-    return handles.add(c.alltoallv_async(*args), (t, send, out), finish)
+    return _handle(c.alltoallv_async(*args), (t, send, out), finish)
 
 
 @with_process_set
@@ -437,7 +455,7 @@ def _reducescatter_start(what, tensor, op, prescale, postscale, name, blocking):
     if blocking:
         work.wait()
         return finish()
-    return handles.add(work, (tensor, src, out, hsrc, hout), finish)
+    return _handle(work, (tensor, src, out, hsrc, hout), finish)
 
 
 @with_process_set
