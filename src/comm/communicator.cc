@@ -135,12 +135,20 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
     return c.make_work(c.engine.submit(std::move(op)));
   }
   gpu::check(what, place, {{"input", b.in, b.in_bytes}, {"output", b.out, b.out_bytes}});
-  gpu::Call call{what, on(fp, place), std::move(counts), b.in, b.in_bytes, b.out, b.out_bytes};
   std::shared_ptr<detail::WorkState> state;
   {
     std::lock_guard lk(c.gpu_issue);
     if (!c.gpu) c.gpu = gpu::make_plane(c.size, c.cross_size == 1, c.gpu_farewell());
-    auto ticket = c.gpu->issue(call, place);
+    // The plane in the fingerprint: ranks whose planes differ (NCCL loaded on
+    // some only) get the mismatch error, not each other's protocol.
+    const gpu::Call call{what, on(fp, place, c.gpu->name()), std::move(counts), b.in, b.in_bytes, b.out, b.out_bytes};
+    // A blocking call returns once its result is in device memory, so the
+    // caller's stream needs no wait on the GPU: one CUDA call less, and no
+    // CUDA call the engine makes for it (an IPC mapping, NCCL's init) can be
+    // held up by the caller's stream waiting for the engine.
+    Place at = place;
+    if (blocking) at.stream_waits = false;
+    auto ticket = c.gpu->issue(call, at);
     state = c.engine.submit(collective(c, call.fp, bytes, [&c, ticket, call, host] {
       // Allreduce and broadcast: every element's result depends on that element only.
       std::function<void(const void*, void*, std::size_t)> part;
@@ -154,7 +162,12 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
             c.backend->allgatherv(mine, all, std::vector<std::size_t>(c.size, n), DType::U8);
           },
           [&c, host](const void* i, void* o) { host(*c.backend, i, o); }, std::move(part)};
-      c.gpu->run(*ticket, call, link);
+      try {
+        c.gpu->run(*ticket, call, link);
+      } catch (...) {
+        ticket->failed();
+        throw;
+      }
     }));
   }
   if (blocking) {

@@ -19,12 +19,20 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
+namespace {
+// Fingerprint::plane's codes, by index.
+constexpr std::string_view kPlanes[] = {"", "host", "ipc", "nccl"};
+}  // namespace
+
 std::string Fingerprint::call(bool shape) const {
   if (magic != kMagic) return "something that is not a kolo collective";
   if (place != Place::Kind::Host) {
     Fingerprint host = *this;
     host.place = Place::Kind::Host;
-    return host.call(shape) + " on cuda";
+    host.plane = 0;
+    std::string text = host.call(shape) + " on cuda";
+    if (plane > 0 && plane < std::size(kPlanes)) text += fmt::format(" via {}", kPlanes[plane]);
+    return text;
   }
   if (shape && kind != Kind::Allgatherv) {
     std::string text = call();
@@ -61,7 +69,7 @@ std::uint64_t Fingerprint::digest() const {
   h = mix(h ^ count);
   h = mix(h ^ extra);
   h = mix(h ^ small);
-  return mix(h ^ magic);
+  return mix(h ^ magic ^ static_cast<std::uint64_t>(plane) << 32);
 }
 
 Fingerprint fingerprint(Kind k, DType t, std::size_t count, Op op, int root) {
@@ -85,8 +93,10 @@ Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts) {
   return f;
 }
 
-Fingerprint on(Fingerprint fp, const Place& place) {
+Fingerprint on(Fingerprint fp, const Place& place, std::string_view plane) {
   fp.place = place.kind;
+  for (std::size_t i = 1; i < std::size(kPlanes); ++i)
+    if (plane == kPlanes[i]) fp.plane = static_cast<std::uint8_t>(i);
   return fp;
 }
 

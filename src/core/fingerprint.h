@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "kolo/kolo.h"
 
@@ -30,6 +31,10 @@ struct Fingerprint {
   Place::Kind place = Place::Kind::Host;  // where the buffers live (host or CUDA memory)
   std::int32_t root = -1;
   std::uint32_t magic = kMagic;
+  // CUDA memory: the data plane that moves it (transport/gpu.h; 1 host, 2
+  // ipc, 3 nccl), which every rank must run alike — a rank that could not
+  // load NCCL serves with the host plane; 0: host memory.
+  std::uint8_t plane = 0;
 
   static constexpr std::uint32_t kMagic = 0x6b6f6670;  // "kofp"
   bool operator==(const Fingerprint&) const = default;
@@ -39,15 +44,16 @@ struct Fingerprint {
   std::uint64_t digest() const;
   // e.g. "allreduce(f32, 1000, sum)" or "broadcast(f32, 1000, root=0)"; with
   // shape, "allreduce(f32, 1000, sum, shape hash 1a2b3c4d)"; on CUDA memory,
-  // "allreduce(f32, 1000, sum) on cuda".
+  // "allreduce(f32, 1000, sum) on cuda via ipc".
   std::string call(bool shape = false) const;
 };
 static_assert(sizeof(Fingerprint) == 40);
 
 Fingerprint fingerprint(Kind k, DType t, std::size_t count, Op op = Op::Sum, int root = -1);
 Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts);
-// fp of a call whose buffers live at `place` (host: unchanged).
-Fingerprint on(Fingerprint fp, const Place& place);
+// fp of a call whose buffers live at `place` (host: unchanged), moved by
+// the data plane named `plane` (Plane::name(); CUDA memory).
+Fingerprint on(Fingerprint fp, const Place& place, std::string_view plane = {});
 // fp checked with the caller's tensor shape as well (none: unchanged).
 Fingerprint with_shape(Fingerprint fp, std::span<const std::int64_t> shape);
 

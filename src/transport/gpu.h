@@ -75,6 +75,11 @@ struct HostLink {
 class Ticket {
  public:
   virtual ~Ticket() = default;
+  // Engine thread, when run() threw: copies or kernels it queued may still
+  // run, so the caller's stream is made to wait for them before it goes on —
+  // memory the fronts let go of after the failure is reused there only once
+  // kolo's queued work has stopped touching it.
+  virtual void failed() noexcept {}
 };
 
 // A communicator's data plane for CUDA memory (one per communicator, made at

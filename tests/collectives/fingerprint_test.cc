@@ -1,14 +1,28 @@
 // The fingerprint of a call says where its buffers live: ranks that pass host
 // memory and CUDA memory to the same collective differ in it, and the
-// mismatch error shows which did which. (The cross-rank check itself runs on
-// a GPU: check_collectives --cuda.)
+// mismatch error shows which did which; so do ranks whose data planes for
+// CUDA memory differ. (The cross-rank check itself runs on a GPU:
+// check_collectives --cuda.)
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "core/fingerprint.h"
 #include "core/rejected.h"
 
 namespace kolo {
 namespace {
+
+// What rank 0 is told when it called `mine` as collective #3 and rank 1 `theirs`.
+std::string mismatch(Fingerprint mine, Fingerprint theirs) {
+  mine.seq = theirs.seq = 3;
+  try {
+    fail_mismatch(mine, Fingerprint{}, "rank 0", theirs, "rank 1");
+  } catch (const MismatchError& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 TEST(Fingerprint, TheCallSaysWhereItsBuffersLive) {
   const Fingerprint host = fingerprint(Kind::Allreduce, DType::F32, 1000, Op::Sum);
@@ -23,18 +37,28 @@ TEST(Fingerprint, TheCallSaysWhereItsBuffersLive) {
 }
 
 TEST(Fingerprint, HostAgainstCudaIsAMismatchNamingBoth) {
-  Fingerprint mine = on(fingerprint(Kind::Broadcast, DType::F32, 8, Op::Sum, 0), Place::cuda(0));
-  Fingerprint theirs = fingerprint(Kind::Broadcast, DType::F32, 8, Op::Sum, 0);
-  mine.seq = theirs.seq = 3;
-  try {
-    fail_mismatch(mine, Fingerprint{}, "rank 0", theirs, "rank 1");
-    FAIL() << "no error";
-  } catch (const MismatchError& e) {
-    EXPECT_TRUE(std::string(e.what()).ends_with(
-        "mismatched collectives at collective #3: rank 1 called broadcast(f32, 8, root=0) while rank 0 (this rank) "
-        "called broadcast(f32, 8, root=0) on cuda"))
-        << e.what();
-  }
+  const Fingerprint host = fingerprint(Kind::Broadcast, DType::F32, 8, Op::Sum, 0);
+  const std::string text = mismatch(on(host, Place::cuda(0)), host);
+  EXPECT_TRUE(text.ends_with("mismatched collectives at collective #3: rank 1 called broadcast(f32, 8, root=0) "
+                             "while rank 0 (this rank) called broadcast(f32, 8, root=0) on cuda"))
+      << text;
+}
+
+// KOLO_GPU_TRANSPORT=nccl where NCCL loads on some ranks only: those serve
+// with the host plane, and every rank must get this error instead of another
+// plane's protocol.
+TEST(Fingerprint, DifferentDataPlanesAreAMismatchNamingBoth) {
+  const Fingerprint call = fingerprint(Kind::Allreduce, DType::F32, 16, Op::Sum);
+  const Fingerprint mine = on(call, Place::cuda(0), "nccl");
+  const Fingerprint theirs = on(call, Place::cuda(0), "host");
+  EXPECT_EQ(mine.call(), "allreduce(f32, 16, sum) on cuda via nccl");
+  EXPECT_NE(mine, theirs);
+  EXPECT_NE(mine.digest(), theirs.digest());
+  EXPECT_EQ(on(call, Place::cuda(0), "ipc"), on(call, Place::cuda(1), "ipc"));
+  const std::string text = mismatch(mine, theirs);
+  EXPECT_TRUE(text.ends_with("rank 1 called allreduce(f32, 16, sum) on cuda via host while rank 0 (this rank) "
+                             "called allreduce(f32, 16, sum) on cuda via nccl"))
+      << text;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "transport/cuda/runtime.h"
 
@@ -17,6 +18,16 @@ void StreamTicket::release() {
   if (released) return;
   released = true;
   if (number != 0) book.release(number);
+}
+
+void StreamTicket::failed() noexcept {
+  if (own != nullptr && !released) {
+    // input_ready has served kolo's stream already: recorded again, it marks
+    // the end of what this run queued there.
+    if (cudaEventRecord(input_ready, own) == cudaSuccess) (void)cudaStreamWaitEvent(caller, input_ready, 0);
+    (void)cudaGetLastError();
+  }
+  release();
 }
 
 void CallerStreams::release(std::uint32_t number) {
@@ -38,19 +49,15 @@ CallerStreams::~CallerStreams() {
   // before the memory it waits on is freed.
   release_all();
   drain();
-  for (auto& [device, s] : streams_) {
-    (void)cudaSetDevice(device);
-    (void)cudaStreamDestroy(s);
-  }
+  for (auto& [device, s] : streams_) cuda::quietly_on(device, [s = s] { (void)cudaStreamDestroy(s); });
   if (flag_ != nullptr) (void)cudaFreeHost(flag_);
 }
 
 void CallerStreams::drain() {
-  for (auto& [device, s] : streams_) {
-    (void)cudaSetDevice(device);
-    (void)cuda::poll([s = s] { return cudaStreamQuery(s); }, std::chrono::milliseconds(config::timeout_ms()));
-  }
-  (void)cudaGetLastError();
+  for (auto& [device, s] : streams_)
+    cuda::quietly_on(device, [s = s] {
+      (void)cuda::poll([s] { return cudaStreamQuery(s); }, std::chrono::milliseconds(config::timeout_ms()));
+    });
 }
 
 std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place& place) {
@@ -64,10 +71,18 @@ std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place
     *flag_ = 0;
   }
   auto caller = static_cast<cudaStream_t>(place.stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  KOLO_CUDA_CHECK(cudaStreamIsCapturing(caller, &capture), what, place.device);
+  if (capture != cudaStreamCaptureStatusNone)
+    fail("{} on cuda:{}: the caller's stream is being captured into a CUDA graph, which cannot hold a kolo "
+         "collective (its data moves outside the graph): run the collective outside the captured region",
+         what, place.device);
+  t->caller = caller;
   KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&t->input_ready, cudaEventDisableTiming), what, place.device);
   KOLO_CUDA_CHECK(cudaEventRecord(t->input_ready, caller), what, place.device);
   if (stream_waits_ && place.stream_waits) {
-    const std::uint32_t number = issued_ + 1;
+    std::uint32_t number = issued_ + 1;
+    if (number == 0) number = 1;  // 0 means "does not wait": skipped when the count wraps
     const auto wait = cuda::wait_value32();
     if (wait != nullptr && wait(caller, reinterpret_cast<std::uintptr_t>(flag_), number, cuda::kWaitGeq) == 0) {
       issued_ = number;
@@ -82,13 +97,16 @@ std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place
   return t;
 }
 
-cudaStream_t CallerStreams::stream(int device, const char* what) {
-  auto it = streams_.find(device);
-  if (it != streams_.end()) return it->second;
-  cudaStream_t s = nullptr;
-  KOLO_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, device);
-  streams_.emplace(device, s);
-  return s;
+cudaStream_t CallerStreams::start(StreamTicket& t) {
+  cuda::set_device(t.device, t.what);
+  auto it = streams_.find(t.device);
+  if (it == streams_.end()) {
+    cudaStream_t s = nullptr;
+    KOLO_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), t.what, t.device);
+    it = streams_.emplace(t.device, s).first;
+  }
+  t.own = it->second;
+  return t.own;
 }
 
 }  // namespace kolo::gpu

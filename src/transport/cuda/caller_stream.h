@@ -12,7 +12,16 @@
 // communicator's issue lock), which runs them in that order, so the word only
 // ever grows (cyclically). Where the driver offers no stream memory
 // operations (said once in the log), or KOLO_GPU_STREAM_WAIT=0, the result is
-// ready after Work::wait() (or the blocking call's return) only.
+// ready after Work::wait() (or the blocking call's return) only. A blocking
+// call never makes the stream wait (Place::stream_waits is cleared for it:
+// it returns once the result is in device memory).
+//
+// A run that fails may leave copies or kernels queued on kolo's stream (a
+// peer died between two of them, or the caller's earlier work did not end in
+// time): the caller's stream then waits for them too (StreamTicket::failed),
+// so memory a front frees after the failure is not reused under them.
+// A caller's stream being captured into a CUDA graph is refused at issue: a
+// graph would replay the event and the ticket's wait, not the collective.
 //
 // kolo's streams are non-blocking (cudaStreamNonBlocking): the legacy default
 // stream, which a caller's stream may be and which waits for every blocking
@@ -37,11 +46,14 @@ class StreamTicket : public Ticket {
   ~StreamTicket() override;
   // The caller's stream may go on (idempotent).
   void release();
+  void failed() noexcept override;
 
   CallerStreams& book;
   const char* what;
   int device;
   std::uint32_t number = 0;  // 0: the caller's stream does not wait on it
+  cudaStream_t caller = nullptr;  // the caller's stream
+  cudaStream_t own = nullptr;     // kolo's, once a run has started (CallerStreams::start)
   cudaEvent_t input_ready = nullptr;
   char* staging = nullptr;  // the host plane's pinned memory for this collective
   bool released = false;
@@ -65,8 +77,10 @@ class CallerStreams {
   // kolo's streams have run what was queued on them: before a plane unmaps or
   // frees memory they may still read.
   void drain();
-  // kolo's stream on `device` (engine thread), made at first use.
-  cudaStream_t stream(int device, const char* what);
+  // Engine thread, at the start of t's run: makes t's device current (the
+  // engine's thread: nothing to put back) and returns kolo's stream on it,
+  // made at first use.
+  cudaStream_t start(StreamTicket& t);
 
  private:
   std::uint32_t* flag_ = nullptr;  // mapped pinned memory; the callers' streams wait on it

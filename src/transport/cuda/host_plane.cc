@@ -80,8 +80,7 @@ class HostPlane : public Plane {
 
   void run(Ticket& ticket, const Call& c, const HostLink& host) override {
     auto& t = static_cast<StreamTicket&>(ticket);
-    cuda::set_device(t.device, t.what);  // the engine's thread: no need to put a device back
-    const cudaStream_t s = streams_.stream(t.device, t.what);
+    const cudaStream_t s = streams_.start(t);
     char* host_in = t.staging;
     char* host_out = t.staging + aligned(c.in_bytes);
     if (overlapping(c.in, c.in_bytes, c.out, c.out_bytes)) {

@@ -30,7 +30,8 @@
 // output, and after a barrier copies the peers' reduced pieces from their
 // outputs into its own. On 2 ranks sharing a GPU that moves half the bytes of
 // the inbox's path (no copy in; each input read once). Where any rank's buffer
-// cannot be exported (a memory pool's, torch's expandable segments) every
+// cannot be exported (a memory pool's, torch's expandable segments), or any
+// rank's caller's stream waits on the collective (allreduce_direct), every
 // rank takes the inbox.
 // No kernel ever waits on another rank (the host barriers do): a rank that
 // dies leaves no kernel spinning, and its peers fail in the barrier, naming it.
@@ -211,16 +212,17 @@ class IpcPlane : public Plane {
 IpcPlane::~IpcPlane() {
   streams_.release_all();
   streams_.drain();  // a failed collective may have left reads of the mappings queued
-  if (device_ >= 0) (void)cudaSetDevice(device_);
-  mapped_.clear();
-  for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
-    if (peers_[r] != nullptr && peers_[r] != inbox_) (void)cudaIpcCloseMemHandle(peers_[r]);
-  if (inbox_ == nullptr) return;
-  if (!handed_out_ || (farewell_ && farewell_()))
-    (void)cudaFree(inbox_);
-  else
-    log(LogLevel::Info, "cuda:{}: the ipc plane's inbox ({} bytes) stays allocated until the process exits: not "
-        "every rank said it had unmapped it (within KOLO_PEER_TIMEOUT_MS)", device_, capacity_);
+  if (device_ < 0) return;  // never issued a collective: nothing allocated or mapped
+  cuda::quietly_on(device_, [this] {
+    mapped_.clear();
+    for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
+      if (peers_[r] != nullptr && peers_[r] != inbox_) (void)cudaIpcCloseMemHandle(peers_[r]);
+    if (!handed_out_ || (farewell_ && farewell_()))
+      (void)cudaFree(inbox_);
+    else
+      log(LogLevel::Info, "cuda:{}: the ipc plane's inbox ({} bytes) stays allocated until the process exits: not "
+          "every rank said it had unmapped it (within KOLO_PEER_TIMEOUT_MS)", device_, capacity_);
+  });
 }
 
 std::shared_ptr<Ticket> IpcPlane::issue(const Call& call, const Place& place) {
@@ -281,8 +283,7 @@ void IpcPlane::reduce(const StreamTicket& t, const Call& c, const kernels::cuda:
 
 void IpcPlane::run(Ticket& ticket, const Call& c, const HostLink& host) {
   auto& t = static_cast<StreamTicket&>(ticket);
-  cuda::set_device(t.device, t.what);  // the engine's thread: no need to put a device back
-  const cudaStream_t s = streams_.stream(t.device, t.what);
+  const cudaStream_t s = streams_.start(t);
   if (peers_.empty()) open_peers(t, host);
   KOLO_CUDA_CHECK(cudaStreamWaitEvent(s, t.input_ready, 0), t.what, t.device);
   // Nothing to move: one barrier still, the collective's synchronisation
@@ -409,9 +410,15 @@ const char* IpcPlane::peer_buffer(const StreamTicket& t, int rank, const Export&
 // the buffers' handles is the first barrier (every input is written: each
 // rank waited for its stream first), the last one says every peer has read
 // this rank's buffers, so its caller may write them again.
+// Only where the caller's stream does not wait on this collective's ticket
+// (blocking calls, the fronts, the reducer's buckets): mapping a peer's
+// buffer or closing an old mapping may synchronise the device (some drivers'
+// cudaIpcCloseMemHandle does), which would wait for a caller's stream that
+// waits for this very collective. A rank whose stream waits says so in its
+// card, and every rank takes the inbox.
 bool IpcPlane::allreduce_direct(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
   DirectCard mine{};
-  mine.ok = describe(c.in, &mine.in) && describe(c.out, &mine.out) ? 1 : 0;
+  mine.ok = t.number == 0 && describe(c.in, &mine.in) && describe(c.out, &mine.out) ? 1 : 0;
   sync(t, s);
   std::vector<DirectCard> all(size_);
   host.allgather(&mine, all.data(), sizeof mine);

@@ -93,8 +93,7 @@ class NcclPlane : public Plane {
   void run(Ticket& ticket, const Call& c, const HostLink& host) override {
     if (to_host(c)) return host_->run(ticket, c, host);
     auto& t = static_cast<StreamTicket&>(ticket);
-    cuda::set_device(t.device, t.what);  // the engine's thread: no need to put a device back
-    const cudaStream_t s = streams_.stream(t.device, t.what);
+    const cudaStream_t s = streams_.start(t);
     if (aborted_)
       fail("{} on cuda:{}: the NCCL communicator was aborted after an earlier failure", t.what, t.device);
     if (comm_ == nullptr) connect(t, host);

@@ -79,6 +79,15 @@ void set_device(int device, const char* what) {
   if (now != device) KOLO_CUDA_CHECK(cudaSetDevice(device), what, device);
 }
 
+void quietly_on(int device, const std::function<void()>& fn) noexcept {
+  try {
+    DeviceScope on(device, "releasing kolo's CUDA resources");
+    fn();
+  } catch (...) {
+  }
+  (void)cudaGetLastError();
+}
+
 namespace {
 
 // Whether `device` has its primary context (the runtime's) made already.

@@ -57,6 +57,11 @@ class DeviceScope {
 // Makes `device` the calling thread's current device (kolo's engine thread).
 void set_device(int device, const char* what);
 
+// fn() with `device` current (DeviceScope: the thread's own device put back
+// after), every error ignored and cleared: for the destructors that free
+// kolo's CUDA resources, on whichever thread lets a communicator go.
+void quietly_on(int device, const std::function<void()>& fn) noexcept;
+
 // cuStreamWaitValue32 (the stream waits on the GPU until the 32-bit word at
 // `addr` passes `value`, cyclically: (int32_t)(*addr - value) >= 0), or null
 // when the driver does not offer it.
