@@ -136,6 +136,7 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
   }
   gpu::check(what, place, {{"input", b.in, b.in_bytes}, {"output", b.out, b.out_bytes}});
   std::shared_ptr<detail::WorkState> state;
+  bool complete_before_return = false;
   {
     std::lock_guard lk(c.gpu_issue);
     if (!c.gpu) c.gpu = gpu::make_plane(c.size, c.cross_size == 1, c.gpu_farewell());
@@ -149,6 +150,7 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
     Place at = place;
     if (blocking) at.stream_waits = false;
     auto ticket = c.gpu->issue(call, at);
+    complete_before_return = ticket->complete_before_return;
     state = c.engine.submit(collective(c, call.fp, bytes, [&c, ticket, call, host] {
       // Allreduce and broadcast: every element's result depends on that element only.
       std::function<void(const void*, void*, std::size_t)> part;
@@ -173,6 +175,12 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
   if (blocking) {
     detail::Engine::wait(*state);
     return {};
+  }
+  if (complete_before_return) {
+    try {
+      detail::Engine::wait(*state);
+    } catch (...) {  // the returned Work's wait() reports it
+    }
   }
   return c.make_work(std::move(state));
 }

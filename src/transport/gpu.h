@@ -75,6 +75,12 @@ struct HostLink {
 class Ticket {
  public:
   virtual ~Ticket() = default;
+  // The collective that sets its plane up (maps the peers' memory, forms
+  // NCCL's communicator: CUDA calls that may synchronise the device) makes no
+  // stream wait on it, which the engine could then never release; an
+  // asynchronous call of it returns only once it has completed, so work the
+  // caller queues after it is still ordered after it.
+  bool complete_before_return = false;
   // Engine thread, when run() threw: copies or kernels it queued may still
   // run, so the caller's stream is made to wait for them before it goes on —
   // memory the fronts let go of after the failure is reused there only once

@@ -60,7 +60,7 @@ void CallerStreams::drain() {
     });
 }
 
-std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place& place) {
+std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place& place, bool sets_up) {
   cuda::DeviceScope on(place.device, what);
   auto t = std::make_shared<StreamTicket>(*this, what, place.device);
   if (flag_ == nullptr) {
@@ -80,7 +80,9 @@ std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place
   t->caller = caller;
   KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&t->input_ready, cudaEventDisableTiming), what, place.device);
   KOLO_CUDA_CHECK(cudaEventRecord(t->input_ready, caller), what, place.device);
-  if (stream_waits_ && place.stream_waits) {
+  if (stream_waits_ && place.stream_waits && sets_up) {
+    t->complete_before_return = true;
+  } else if (stream_waits_ && place.stream_waits) {
     std::uint32_t number = issued_ + 1;
     if (number == 0) number = 1;  // 0 means "does not wait": skipped when the count wraps
     const auto wait = cuda::wait_value32();

@@ -14,7 +14,8 @@
 // operations (said once in the log), or KOLO_GPU_STREAM_WAIT=0, the result is
 // ready after Work::wait() (or the blocking call's return) only. A blocking
 // call never makes the stream wait (Place::stream_waits is cleared for it:
-// it returns once the result is in device memory).
+// it returns once the result is in device memory), nor does a plane's first
+// collective, which sets the plane up (Ticket::complete_before_return).
 //
 // A run that fails may leave copies or kernels queued on kolo's stream (a
 // peer died between two of them, or the caller's earlier work did not end in
@@ -66,8 +67,9 @@ class CallerStreams {
   CallerStreams(const CallerStreams&) = delete;
   CallerStreams& operator=(const CallerStreams&) = delete;
 
-  // Caller's thread, under the communicator's issue lock.
-  std::shared_ptr<StreamTicket> issue(const char* what, const Place& place);
+  // Caller's thread, under the communicator's issue lock. sets_up: the
+  // plane's first collective, which makes no stream wait (Ticket::complete_before_return).
+  std::shared_ptr<StreamTicket> issue(const char* what, const Place& place, bool sets_up = false);
   // The word reaches `number` (never goes back).
   void release(std::uint32_t number);
   // Every stream may go on (before a plane frees memory: cudaFree and

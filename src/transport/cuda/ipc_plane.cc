@@ -230,14 +230,15 @@ std::shared_ptr<Ticket> IpcPlane::issue(const Call& call, const Place& place) {
     fail("{}: the ipc plane serves one CUDA device per rank: this rank's collectives so far used cuda:{}, "
          "this one cuda:{} (KOLO_GPU_TRANSPORT=host serves any)",
          call.what, device_, place.device);
-  if (inbox_ == nullptr) {
+  const bool first = inbox_ == nullptr;  // its run maps the peers' inboxes
+  if (first) {
     cuda::DeviceScope on(place.device, call.what);
     void* p = nullptr;
     KOLO_CUDA_CHECK(cudaMalloc(&p, capacity_), call.what, place.device);
     inbox_ = static_cast<char*>(p);
     device_ = place.device;
   }
-  return streams_.issue(call.what, place);
+  return streams_.issue(call.what, place, first);
 }
 
 void IpcPlane::open_peers(const StreamTicket& t, const HostLink& host) {
@@ -415,7 +416,9 @@ const char* IpcPlane::peer_buffer(const StreamTicket& t, int rank, const Export&
 // buffer or closing an old mapping may synchronise the device (some drivers'
 // cudaIpcCloseMemHandle does), which would wait for a caller's stream that
 // waits for this very collective. A rank whose stream waits says so in its
-// card, and every rank takes the inbox.
+// card, and every rank takes the inbox. (Not covered: a later collective
+// issued with a stream wait while this one, issued without, runs — a C++
+// caller mixing both kinds in flight on one communicator.)
 bool IpcPlane::allreduce_direct(const StreamTicket& t, const Call& c, const HostLink& host, cudaStream_t s) {
   DirectCard mine{};
   mine.ok = t.number == 0 && describe(c.in, &mine.in) && describe(c.out, &mine.out) ? 1 : 0;

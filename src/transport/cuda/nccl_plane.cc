@@ -86,8 +86,9 @@ class NcclPlane : public Plane {
       fail("{}: the nccl plane serves one CUDA device per rank: this rank's collectives so far used cuda:{}, "
            "this one cuda:{} (KOLO_GPU_TRANSPORT=host serves any)",
            call.what, device_, place.device);
+    const bool first = device_ < 0;  // its run forms NCCL's communicator
     device_ = place.device;
-    return streams_.issue(call.what, place);
+    return streams_.issue(call.what, place, first);
   }
 
   void run(Ticket& ticket, const Call& c, const HostLink& host) override {
