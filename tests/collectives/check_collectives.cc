@@ -354,6 +354,20 @@ void check_stream_order(Checker& ck) {
   w.wait();
 }
 
+// CUDA mode: a collective on a stream being captured into a CUDA graph is
+// refused on every rank before anything is queued (a graph would replay the
+// event and the stream's wait, not the collective); the communicator goes on.
+void check_capture_refused(Checker& ck) {
+  Communicator& c = ck.comm;
+  Buf data(DType::F32, 16);
+  data.up();
+  test::settle();
+  const std::string e = test::while_captured(
+      [&] { c.allreduce(at(data.data()), at(data.data()), 16, DType::F32, Op::Sum, {}, place()); });
+  ck.verdict(e.find("captured into a CUDA graph") != std::string::npos, "allreduce on a stream being captured: " + e);
+  c.barrier();
+}
+
 // CUDA mode, last: rank 1 passes host memory where the others pass CUDA
 // memory. Every rank must fail with the mismatch error naming both.
 void check_place_mismatch(Checker& ck) {
@@ -478,6 +492,7 @@ int main(int argc, char** argv) {
     }
     if (test::on_cuda() && n > 1) {
       check_stream_order(ck);
+      check_capture_refused(ck);
       check_place_mismatch(ck);
     }
     comm.barrier();

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <string>
 
 #include "kolo/kolo.h"
 
@@ -34,5 +36,9 @@ void upload(const char* host_base);
 void download(char* host_base);
 // Waits for everything queued on the test's stream (results read on the host).
 void settle();
+// CUDA mode: call(place()) while the test's stream is being captured into a
+// CUDA graph (relaxed mode, so kolo's own threads are not held to it), then
+// the capture ended and its graph dropped; what call threw ("" if nothing).
+std::string while_captured(const std::function<void()>& call);
 
 }  // namespace kolo::test

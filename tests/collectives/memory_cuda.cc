@@ -123,4 +123,18 @@ void settle() {
   if (on_cuda()) OK(cudaStreamSynchronize(g_stream));
 }
 
+std::string while_captured(const std::function<void()>& call) {
+  OK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeRelaxed));
+  std::string error;
+  try {
+    call();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  OK(cudaStreamEndCapture(g_stream, &graph));
+  if (graph != nullptr) OK(cudaGraphDestroy(graph));
+  return error;
+}
+
 }  // namespace kolo::test

@@ -18,5 +18,6 @@ const char* at(const char* p) { return p; }
 void upload(const char*) {}
 void download(char*) {}
 void settle() {}
+std::string while_captured(const std::function<void()>&) { return "not in CUDA mode"; }
 
 }  // namespace kolo::test
