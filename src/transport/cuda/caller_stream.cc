@@ -80,9 +80,11 @@ std::shared_ptr<StreamTicket> CallerStreams::issue(const char* what, const Place
   t->caller = caller;
   KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&t->input_ready, cudaEventDisableTiming), what, place.device);
   KOLO_CUDA_CHECK(cudaEventRecord(t->input_ready, caller), what, place.device);
-  if (stream_waits_ && place.stream_waits && sets_up) {
-    t->complete_before_return = true;
-  } else if (stream_waits_ && place.stream_waits) {
+  if (stream_waits_ && place.stream_waits) {
+    if (sets_up) {  // no wait on a run that sets the plane up: the caller waits instead
+      t->complete_before_return = true;
+      return t;
+    }
     std::uint32_t number = issued_ + 1;
     if (number == 0) number = 1;  // 0 means "does not wait": skipped when the count wraps
     const auto wait = cuda::wait_value32();
