@@ -29,7 +29,10 @@
 // named operation of the communicator, or KOLO_NAMED_CYCLE_US after it was
 // issued, whichever is first: ops issued together go in one round, and a
 // second operation with a name still in flight is caught on the rank that
-// issued it (DuplicateNameError) before its twin can have completed.
+// issued it (DuplicateNameError). As with Horovod's queue, a name issued twice
+// back to back is caught only while the first is in flight: a caller held off
+// the CPU for longer than a cycle between the two calls may find the first
+// completed and the second then runs as a new operation.
 //
 // Ranks that issue one name with different calls (op, dtype, count, shape,
 // root) get an error for it on every rank before any data moves; the

@@ -70,6 +70,19 @@ SHIM = {
 # None today: the four *_duplicate_name_error tests and join_allreduce pass
 # since named operations are negotiated (comm/named_channel.h).
 BY_DESIGN = {}
+# The *_duplicate_name_error tests issue a name twice, one call right after the
+# other, and assert that the second raises. kolo, as Horovod, catches that only
+# while the first is still queued: here for KOLO_NAMED_CYCLE_US after its issue
+# (1 ms by default) plus one negotiation round, when the peer has issued the
+# name already. On a loaded CI machine the test's Python was once held off the
+# CPU longer than that between the two calls (CI of 2026-11-29: rank 1's first
+# broadcast had completed, its second did not raise, rank 1 left the test
+# without the barrier and the 22 tests after it failed on mismatched calls).
+# The suite runs with a 100 ms hold: the named operations the tests wait on
+# are announced at the wait, so it costs little else (the torch file on the dev
+# VM: 18 s with 1 ms or 50 ms, 23 s with 200 ms, 40 s with 1 s); a caller's
+# own KOLO_NAMED_CYCLE_US wins.
+NAMED_CYCLE_US = "100000"
 # A failure whose message holds this text depends on timing, not on kolo's
 # answer: Horovod's *_async_fused tests assert that hvd.poll(), called right
 # after an operation is issued, is False at least once. kolo's engine starts
@@ -357,6 +370,7 @@ def main():
         env["PYTHONPATH"] = os.pathsep.join([shim, args.pythonpath] +
                                             ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.setdefault("KOLO_NAMED_CYCLE_US", NAMED_CYCLE_US)
         selector = ["-k", args.k] if args.k else []
         listing = subprocess.run([args.python, "-m", "pytest", "--collect-only", "-q",
                                   "-p", "no:cacheprovider", *selector, test_file],
