@@ -142,7 +142,7 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
     if (!c.gpu) c.gpu = gpu::make_plane(c.size, c.cross_size == 1, c.gpu_farewell());
     // The plane in the fingerprint: ranks whose planes differ (NCCL loaded on
     // some only) get the mismatch error, not each other's protocol.
-    const gpu::Call call{what, on(fp, place, c.gpu->name()), std::move(counts), b.in, b.in_bytes, b.out, b.out_bytes};
+    const gpu::Call call{what, on(fp, place, c.gpu->code()), std::move(counts), b.in, b.in_bytes, b.out, b.out_bytes};
     // A blocking call returns once its result is in device memory, so the
     // caller's stream needs no wait on the GPU: one CUDA call less, and no
     // CUDA call the engine makes for it (an IPC mapping, NCCL's init) can be

@@ -19,10 +19,15 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
-namespace {
-// Fingerprint::plane's codes, by index.
-constexpr std::string_view kPlanes[] = {"", "host", "ipc", "nccl"};
-}  // namespace
+const char* plane_name(PlaneCode code) {
+  switch (code) {
+    case PlaneCode::None: return "";
+    case PlaneCode::Host: return "host";
+    case PlaneCode::Ipc: return "ipc";
+    case PlaneCode::Nccl: return "nccl";
+  }
+  return "?";
+}
 
 std::string Fingerprint::call(bool shape) const {
   if (magic != kMagic) return "something that is not a kolo collective";
@@ -31,7 +36,7 @@ std::string Fingerprint::call(bool shape) const {
     host.place = Place::Kind::Host;
     host.plane = 0;
     std::string text = host.call(shape) + " on cuda";
-    if (plane > 0 && plane < std::size(kPlanes)) text += fmt::format(" via {}", kPlanes[plane]);
+    if (plane != 0) text += fmt::format(" via {}", plane_name(static_cast<PlaneCode>(plane)));
     return text;
   }
   if (shape && kind != Kind::Allgatherv) {
@@ -93,10 +98,9 @@ Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts) {
   return f;
 }
 
-Fingerprint on(Fingerprint fp, const Place& place, std::string_view plane) {
+Fingerprint on(Fingerprint fp, const Place& place, PlaneCode plane) {
   fp.place = place.kind;
-  for (std::size_t i = 1; i < std::size(kPlanes); ++i)
-    if (plane == kPlanes[i]) fp.plane = static_cast<std::uint8_t>(i);
+  fp.plane = static_cast<std::uint8_t>(plane);
   return fp;
 }
 

@@ -31,9 +31,9 @@ struct Fingerprint {
   Place::Kind place = Place::Kind::Host;  // where the buffers live (host or CUDA memory)
   std::int32_t root = -1;
   std::uint32_t magic = kMagic;
-  // CUDA memory: the data plane that moves it (transport/gpu.h; 1 host, 2
-  // ipc, 3 nccl), which every rank must run alike — a rank that could not
-  // load NCCL serves with the host plane; 0: host memory.
+  // CUDA memory: the data plane that moves it (a PlaneCode), which every
+  // rank must run alike — a rank that could not load NCCL serves with the
+  // host plane; 0: host memory.
   std::uint8_t plane = 0;
 
   static constexpr std::uint32_t kMagic = 0x6b6f6670;  // "kofp"
@@ -49,11 +49,18 @@ struct Fingerprint {
 };
 static_assert(sizeof(Fingerprint) == 40);
 
+// The data planes that move CUDA memory (transport/gpu.h), by the code a
+// fingerprint carries. One table names them all (plane_name): what a
+// plane's name() and the mismatch error say cannot drift apart.
+enum class PlaneCode : std::uint8_t { None = 0, Host = 1, Ipc = 2, Nccl = 3 };
+// "host", "ipc", "nccl"; "" for None.
+const char* plane_name(PlaneCode code);
+
 Fingerprint fingerprint(Kind k, DType t, std::size_t count, Op op = Op::Sum, int root = -1);
 Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts);
 // fp of a call whose buffers live at `place` (host: unchanged), moved by
-// the data plane named `plane` (Plane::name(); CUDA memory).
-Fingerprint on(Fingerprint fp, const Place& place, std::string_view plane = {});
+// the data plane `plane` (CUDA memory).
+Fingerprint on(Fingerprint fp, const Place& place, PlaneCode plane = PlaneCode::None);
 // fp checked with the caller's tensor shape as well (none: unchanged).
 Fingerprint with_shape(Fingerprint fp, std::span<const std::int64_t> shape);
 

@@ -93,8 +93,10 @@ class Ticket {
 class Plane {
  public:
   virtual ~Plane() = default;
-  // "host" or "ipc": what Communicator::gpu_transport() reports.
-  virtual const char* name() const = 0;
+  // Which plane this is: its fingerprint code, and through it the name
+  // ("host", "ipc", "nccl") that Communicator::gpu_transport() reports.
+  virtual PlaneCode code() const = 0;
+  const char* name() const { return plane_name(code()); }
   // Caller's thread, in the order collectives are queued on the engine (the
   // caller holds the communicator's issue lock). Memory the collective will
   // need is allocated here, on the caller's thread: an allocation that

@@ -49,12 +49,12 @@ TEST(Fingerprint, HostAgainstCudaIsAMismatchNamingBoth) {
 // plane's protocol.
 TEST(Fingerprint, DifferentDataPlanesAreAMismatchNamingBoth) {
   const Fingerprint call = fingerprint(Kind::Allreduce, DType::F32, 16, Op::Sum);
-  const Fingerprint mine = on(call, Place::cuda(0), "nccl");
-  const Fingerprint theirs = on(call, Place::cuda(0), "host");
+  const Fingerprint mine = on(call, Place::cuda(0), PlaneCode::Nccl);
+  const Fingerprint theirs = on(call, Place::cuda(0), PlaneCode::Host);
   EXPECT_EQ(mine.call(), "allreduce(f32, 16, sum) on cuda via nccl");
   EXPECT_NE(mine, theirs);
   EXPECT_NE(mine.digest(), theirs.digest());
-  EXPECT_EQ(on(call, Place::cuda(0), "ipc"), on(call, Place::cuda(1), "ipc"));
+  EXPECT_EQ(on(call, Place::cuda(0), PlaneCode::Ipc), on(call, Place::cuda(1), PlaneCode::Ipc));
   const std::string text = mismatch(mine, theirs);
   EXPECT_TRUE(text.ends_with("rank 1 called allreduce(f32, 16, sum) on cuda via host while rank 0 (this rank) "
                              "called allreduce(f32, 16, sum) on cuda via nccl"))

@@ -56,7 +56,7 @@ class HostPlane : public Plane {
     for (auto& [device, events] : landed_)
       for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
   }
-  const char* name() const override { return "host"; }
+  PlaneCode code() const override { return PlaneCode::Host; }
 
   // The pinned memory first: a ticket whose allocation failed would release
   // its number, and with it every earlier ticket still running (the word the

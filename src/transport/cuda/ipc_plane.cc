@@ -125,7 +125,7 @@ class IpcPlane : public Plane {
            4096 * kSections);
   }
   ~IpcPlane() override;
-  const char* name() const override { return "ipc"; }
+  PlaneCode code() const override { return PlaneCode::Ipc; }
   std::shared_ptr<Ticket> issue(const Call& call, const Place& place) override;
   void run(Ticket& ticket, const Call& c, const HostLink& host) override;
 

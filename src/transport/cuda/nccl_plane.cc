@@ -78,7 +78,7 @@ class NcclPlane : public Plane {
     streams_.release_all();
     if (comm_ != nullptr) (void)lib_.comm_destroy(comm_);
   }
-  const char* name() const override { return "nccl"; }
+  PlaneCode code() const override { return PlaneCode::Nccl; }
 
   std::shared_ptr<Ticket> issue(const Call& call, const Place& place) override {
     if (to_host(call)) return host_->issue(call, place);

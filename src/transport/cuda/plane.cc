@@ -15,9 +15,9 @@ namespace {
 
 // "auto" is the host plane until the ipc and nccl planes have been seen
 // working on a GPU (docs/gpus.md: no GPU has run them yet).
-std::string choose(int size, bool one_host) {
+PlaneCode choose(int size, bool one_host) {
   const std::string want = config::gpu_transport();
-  if (want == "auto" || want == "host") return "host";
+  if (want == "auto" || want == "host") return PlaneCode::Host;
   if (want == "ipc") {
     if (!one_host)
       fail("KOLO_GPU_TRANSPORT=ipc needs every rank of the communicator on one host (CUDA IPC does not "
@@ -25,15 +25,15 @@ std::string choose(int size, bool one_host) {
     if (size > kernels::cuda::kMaxInputs)
       fail("KOLO_GPU_TRANSPORT=ipc serves at most {} ranks on a host, this communicator has {}; use host or auto",
            kernels::cuda::kMaxInputs, size);
-    return "ipc";
+    return PlaneCode::Ipc;
   }
   if (want == "nccl") {
     // Where NCCL cannot be loaded the host plane serves, and says why (once).
     std::string why;
-    if (nccl::library(why) != nullptr) return "nccl";
+    if (nccl::library(why) != nullptr) return PlaneCode::Nccl;
     static std::once_flag said;
     std::call_once(said, [&] { kolo::log(LogLevel::Warn, "KOLO_GPU_TRANSPORT=nccl: {}; the host plane serves", why); });
-    return "host";
+    return PlaneCode::Host;
   }
   fail("KOLO_GPU_TRANSPORT={} is not a data plane (auto, host, ipc, nccl)", want);
 }
@@ -41,15 +41,15 @@ std::string choose(int size, bool one_host) {
 }  // namespace
 
 std::unique_ptr<Plane> make_plane(int size, bool one_host, Farewell farewell) {
-  const std::string plane = choose(size, one_host);
-  if (plane == "ipc") return make_ipc_plane(size, std::move(farewell));
-  if (plane == "nccl") {
+  const PlaneCode plane = choose(size, one_host);
+  if (plane == PlaneCode::Ipc) return make_ipc_plane(size, std::move(farewell));
+  if (plane == PlaneCode::Nccl) {
     std::string why;
     return make_nccl_plane(*nccl::library(why), size, make_host_plane());
   }
   return make_host_plane();
 }
 
-std::string planned_plane(int size, bool one_host) { return choose(size, one_host); }
+std::string planned_plane(int size, bool one_host) { return plane_name(choose(size, one_host)); }
 
 }  // namespace kolo::gpu
