@@ -31,6 +31,8 @@
 #   process group  the "kolo" torch.distributed backend on CUDA tensors (process_group_worker.py:
 #              every op against references, DDP with device_ids beside DDP on gloo, the errors;
 #              2 ranks on each plane, subgroups on 3; FSDP2 against one process with the whole batch)
+#   kolo_torch optimizer  torch_test's TorchCuda cases: DistributedOptimizer on CUDA, 2 ranks,
+#              plain, on a side stream (with copies into .grad; fp16 wire) against the CPU baseline
 #   fashion_mnist  tests/gpu/fashion_mnist_cuda.sh: the main job (kolo_torch) on the GPU, 2 ranks,
 #              beside its CPU run (accuracy within a point); checkpoint + resume, bf16, SyncBatchNorm
 #   examples   examples/python's Horovod and DDP programs with --device cuda, 2 ranks
@@ -87,7 +89,7 @@ have_gpu() { $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() 
 
 build() {
   bench/device/build.sh "$DEBS" "$BUILD" check_collectives kolo_bad_input_test fingerprint_tests cuda_reduce_test \
-    reduce_kernel_bench cuda_probe \
+    reduce_kernel_bench cuda_probe torch_test torch_rank_prog \
     > "$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; return 1; }
   grep -E "GPU parts|CUDA .* found" "$OUT/build.log" | head -3
@@ -169,6 +171,11 @@ process_group() {
   return $rc
 }
 step "process group (DDP) on CUDA tensors" process_group
+kolo_torch_cuda() {  # kolo_torch's DistributedOptimizer on CUDA, on a side stream too, against the CPU baseline
+  have_gpu || return 77
+  KOLO_TEST_DEVICE=cuda "$BUILD/tests/torch/torch_test" --gtest_filter='TorchCuda/*' --gtest_brief=1
+}
+step "kolo_torch optimizer on CUDA" kolo_torch_cuda
 [ -d "$DEBS/fmnist" ] && export DATA=$ROOT/$DEBS/fmnist  # the data set pack.sh carried
 step "fashion_mnist --device cuda" tests/gpu/fashion_mnist_cuda.sh "$KOLORUN" "$ROOT/$BUILD/examples/fashion_mnist/fashion_mnist" $PY
 examples_cuda() {  # the Python examples on the GPU: Horovod's shape and DDP's, 2 ranks

@@ -82,7 +82,7 @@ inline torch::Tensor flat_params(const torch::nn::Module& m) {
 
 // All ranks must hold bit-identical parameters.
 inline void check_identical(kolo::Communicator& comm, const torch::nn::Module& m, const std::string& when) {
-  auto mine = flat_params(m).contiguous();
+  auto mine = flat_params(m).to(torch::kCPU).contiguous();
   auto root = mine.clone();
   kolo::torch::broadcast(comm, root, 0);
   std::int32_t differ = std::memcmp(mine.data_ptr(), root.data_ptr(), mine.numel() * 4) != 0;
@@ -93,7 +93,7 @@ inline void check_identical(kolo::Communicator& comm, const torch::nn::Module& m
 inline void write_params(const torch::nn::Module& m, const std::string& path) {
   std::ofstream out(path);
   for (const auto& item : m.named_parameters()) {
-    auto t = item.value().detach().contiguous().to(torch::kFloat64);
+    auto t = item.value().detach().to(torch::kCPU, torch::kFloat64).contiguous();
     out << item.key() << ' ' << t.numel() << '\n';
     auto* p = t.data_ptr<double>();
     char buf[64];

@@ -4,9 +4,13 @@
 // broadcast_optimizer_state (optstate).
 #include "prog_common.h"
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
@@ -45,18 +49,37 @@ void maybe_clip(torch::nn::Module& net, const Args& a) {
 // after every step that all ranks hold bit-identical parameters; rank 0 writes
 // the final ones (--out). --print-overlap: each step's overlap mode
 // (Overlap::Auto's trial).
+// --device cuda (the GPU machine; torch_test's TorchCuda variants): every
+// tensor on that device, TF32 off so that a run differs from the CPU baseline
+// by rounding only. --side-stream: everything runs on a stream other than the
+// device's default one, as in a program that overlaps its input copies:
+// kolo must take the gradients after that stream's work and hand the results
+// back on it (the DistributedOptimizer's copies into .grad included).
 int mode_equiv(kolo::Communicator& comm, const Args& a) {
   const int N = comm.size(), r = comm.rank();
   const long K = a.num("steps", 8), b = a.num("batch", 8);
   const long acc = a.num("accumulate", 1);
   if (b % acc) check_failed("batch must be a multiple of accumulate");
   const long global = b * N;
+  const torch::Device dev(a.get("device", "cpu"));
+  if (dev.is_cuda()) {
+    at::globalContext().setAllowTF32CuDNN(false);
+    at::globalContext().setAllowTF32CuBLAS(false);
+  }
+  std::optional<c10::StreamGuard> side;  // before any work on the device
+  if (a.flag("side-stream")) {
+    if (!dev.is_cuda()) check_failed("--side-stream needs --device cuda");
+    side.emplace(c10::impl::VirtualGuardImpl(dev.type()).getStreamFromGlobalPool(dev));
+  }
   Data d = make_data(4096);
+  d.x = d.x.to(dev);
+  d.y = d.y.to(dev);
 
   // Different initial parameters on purpose (broadcast_parameters must fix
   // them); rank 0's are those of the 1-rank baseline.
   torch::manual_seed(7 + static_cast<std::uint64_t>(r));
   Net net;
+  net.to(dev);
   kolo::torch::broadcast_parameters(comm, net, 0);
   check_identical(comm, net, "after broadcast_parameters");
 
@@ -70,7 +93,7 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
   if (a.flag("noncontig")) {  // gradients with transposed strides
     for (auto& p : net.parameters())
       if (p.dim() == 2)  // column-major, not a view (zero_grad() detaches in place)
-        p.mutable_grad() = torch::empty_strided(p.sizes(), {1, p.size(0)}).zero_();
+        p.mutable_grad() = torch::empty_strided(p.sizes(), {1, p.size(0)}, p.options()).zero_();
   }
 
   // --scaler: the loss is scaled by 2^k (exact), so the result must be the
@@ -87,7 +110,7 @@ int mode_equiv(kolo::Communicator& comm, const Args& a) {
     const long base = (s * global) % (d.x.size(0) - global) + r * b;
     const long micro = b / acc;
     for (long m = 0; m < acc; ++m) {
-      auto rows = torch::arange(base + m * micro, base + (m + 1) * micro, torch::kInt64);
+      auto rows = torch::arange(base + m * micro, base + (m + 1) * micro, torch::TensorOptions(torch::kInt64).device(dev));
       auto out = net.forward(d.x.index_select(0, rows));
       auto loss = torch::nn::functional::cross_entropy(out, d.y.index_select(0, rows));
       if (a.flag("scaler")) loss = scaler.scale(loss);
