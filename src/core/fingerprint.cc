@@ -34,9 +34,9 @@ std::string Fingerprint::call(bool shape) const {
   if (place != Place::Kind::Host) {
     Fingerprint host = *this;
     host.place = Place::Kind::Host;
-    host.plane = 0;
+    host.plane = PlaneCode::None;
     std::string text = host.call(shape) + " on cuda";
-    if (plane != 0) text += fmt::format(" via {}", plane_name(static_cast<PlaneCode>(plane)));
+    if (plane != PlaneCode::None) text += fmt::format(" via {}", plane_name(plane));
     return text;
   }
   if (shape && kind != Kind::Allgatherv) {
@@ -100,7 +100,7 @@ Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts) {
 
 Fingerprint on(Fingerprint fp, const Place& place, PlaneCode plane) {
   fp.place = place.kind;
-  fp.plane = static_cast<std::uint8_t>(plane);
+  fp.plane = plane;
   return fp;
 }
 

@@ -20,6 +20,13 @@ enum class Kind : std::uint8_t { Allreduce, Broadcast, Allgather, Allgatherv, Re
 // "allreduce", "reduce_scatter", ...: errors and the timeline name collectives so.
 const char* kind_name(Kind k);
 
+// The data planes that move CUDA memory (transport/gpu.h), by the code a
+// fingerprint carries. One table names them all (plane_name): what a
+// plane's name() and the mismatch error say cannot drift apart.
+enum class PlaneCode : std::uint8_t { None = 0, Host = 1, Ipc = 2, Nccl = 3 };
+// "host", "ipc", "nccl"; "" for None.
+const char* plane_name(PlaneCode code);
+
 // Plain bytes: it travels through shared memory and sockets as is.
 struct Fingerprint {
   std::uint64_t seq = 0;    // position in this communicator's stream, from 1
@@ -31,10 +38,9 @@ struct Fingerprint {
   Place::Kind place = Place::Kind::Host;  // where the buffers live (host or CUDA memory)
   std::int32_t root = -1;
   std::uint32_t magic = kMagic;
-  // CUDA memory: the data plane that moves it (a PlaneCode), which every
-  // rank must run alike — a rank that could not load NCCL serves with the
-  // host plane; 0: host memory.
-  std::uint8_t plane = 0;
+  // CUDA memory: the data plane that moves it, which every rank must run
+  // alike — a rank that could not load NCCL serves with the host plane.
+  PlaneCode plane = PlaneCode::None;
 
   static constexpr std::uint32_t kMagic = 0x6b6f6670;  // "kofp"
   bool operator==(const Fingerprint&) const = default;
@@ -48,13 +54,6 @@ struct Fingerprint {
   std::string call(bool shape = false) const;
 };
 static_assert(sizeof(Fingerprint) == 40);
-
-// The data planes that move CUDA memory (transport/gpu.h), by the code a
-// fingerprint carries. One table names them all (plane_name): what a
-// plane's name() and the mismatch error say cannot drift apart.
-enum class PlaneCode : std::uint8_t { None = 0, Host = 1, Ipc = 2, Nccl = 3 };
-// "host", "ipc", "nccl"; "" for None.
-const char* plane_name(PlaneCode code);
 
 Fingerprint fingerprint(Kind k, DType t, std::size_t count, Op op = Op::Sum, int root = -1);
 Fingerprint fingerprint_v(DType t, std::span<const std::size_t> counts);
