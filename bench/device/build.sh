@@ -15,6 +15,13 @@ for f in "$dir"/*.deb; do dpkg -x "$f" $deps; done
 find $deps -type l | while read -r l; do
   t=$(readlink "$l"); case $t in /*) ln -sfn "$deps$t" "$l" ;; esac
 done
+# pkgconf's library lies beside it, where the loader does not look (the
+# machine has no libpkgconf of its own): pkg-config becomes a wrapper saying so,
+# for pkgconf alone (the compilers keep the machine's own libraries).
+rm -f $deps/usr/bin/pkg-config
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$deps/usr/lib/x86_64-linux-gnu" "$deps/usr/bin/pkgconf" \
+  > $deps/usr/bin/pkg-config
+chmod +x $deps/usr/bin/pkg-config
 export PATH=$deps/usr/bin:$PATH
 export PKG_CONFIG_SYSROOT_DIR=$deps PKG_CONFIG_LIBDIR=$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig
 torch_cmake=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
