@@ -5,6 +5,7 @@
 # script builds and every GPU step reports "skipped: no GPU".
 #
 # Here, once:   bench/device/pack.sh .device        (Debian's .debs; .device is ignored)
+# Rehearse:     bench/device/rehearse.sh              (in a root without Debian's -dev packages)
 # There:        the device tool's run with carry [".device"] and the command
 #               tests/gpu/run-on-device.sh            (timeout_s 540 leaves room for one rerun)
 #

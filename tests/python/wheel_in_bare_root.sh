@@ -8,39 +8,15 @@
 # memory) with the wheel's own kolorun, from outside any source tree.
 #   tests/python/wheel_in_bare_root.sh [WHEEL]   default: a wheel scripts/wheel.sh builds now
 # Needs root (chroot, mounts; skips with 77 without it), debootstrap and network
-# (Debian's mirror, PyPI). The base root is made once per machine (KOLO_DEBIAN_BASE,
-# default ~/.cache/kolo/debian-12-minbase) and copied for each run; pip's cache is
-# mounted into the root.
+# (Debian's mirror, PyPI): the root is tests/common/bare_root.sh's; pip's cache
+# is mounted into it.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 [ "$(id -u)" -eq 0 ] || { echo "skipped: needs root (chroot and mounts)"; exit 77; }
 TORCH=${KOLO_TORCH2_VERSION:-2.15.0}
-BASE=${KOLO_DEBIAN_BASE:-${XDG_CACHE_HOME:-$HOME/.cache}/kolo/debian-12-minbase}
 PIP_CACHE=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pip}
-WORK=$(mktemp -d /tmp/kolo-bare-root.XXXXXX)
-R=$WORK/root
-MOUNTS=()  # what cleanup unmounts, innermost last
-
-cleanup() {
-  # Processes still running in the root (a hung job) would keep its mounts busy.
-  for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/root" 2>/dev/null)" = "$R" ] && kill -9 "${p#/proc/}" 2>/dev/null
-  done
-  for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-    umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}"
-  done
-  if findmnt -rn -o TARGET | grep -q "^$R/"; then
-    echo "mounts remain under $R; not removing $WORK" >&2
-  else
-    rm -rf --one-file-system "$WORK"
-  fi
-}
-trap cleanup EXIT
-mount_in() {  # mount_in TARGET MOUNT-ARGS...
-  mkdir -p "$1"
-  mount "${@:2}" "$1"
-  MOUNTS+=("$1")
-}
+source "$SRC/tests/common/bare_root.sh"
+bare_root
 
 if [ $# -ge 1 ]; then
   WHEEL=$(realpath "$1")
@@ -49,33 +25,10 @@ else
 fi
 echo "== wheel: $(basename "$WHEEL")"
 
-# The base root, once per machine (a lock: two tests must not both make it).
-mkdir -p "$(dirname "$BASE")"
-(
-  flock 9
-  if [ ! -f "$BASE/.kolo-base" ]; then
-    command -v debootstrap >/dev/null || { echo "FAIL: needs debootstrap (scripts/install-deps.sh)"; exit 1; }
-    mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-    echo "== debootstrap minbase bookworm into $BASE (once per machine)"
-    rm -rf --one-file-system "$BASE"
-    debootstrap --variant=minbase --include=ca-certificates bookworm "$BASE" \
-      "${mirror:-http://deb.debian.org/debian}" > "$WORK/debootstrap.log" 2>&1 \
-      || { tail -20 "$WORK/debootstrap.log"; echo "FAIL: debootstrap"; exit 1; }
-    touch "$BASE/.kolo-base"
-  fi
-) 9> "$BASE.lock"
-
-cp -a "$BASE" "$R"
-cp /etc/resolv.conf "$R/etc/resolv.conf"
-# This machine's extra certificate authorities (a proxy's, say), for pip to verify PyPI.
-cp /usr/local/share/ca-certificates/*.crt "$R/usr/local/share/ca-certificates/" 2>/dev/null || true
 mkdir -p "$R/root/wheel" "$PIP_CACHE"
 cp "$WHEEL" "$R/root/wheel/"
 cp -r "$SRC/tests/python/workers" "$R/root/workers"
-mount_in "$R/proc" -t proc proc
-mount_in "$R/dev" --bind /dev
-mount_in "$R/dev/shm" -t tmpfs -o mode=1777 tmpfs   # the root's own, not this machine's
-mount_in "$R/dev/pts" -t devpts -o newinstance,ptmxmode=0666 devpts   # for apt's log
+bare_root_mounts
 mount_in "$R/root/.cache/pip" --bind "$PIP_CACHE"
 
 cat > "$R/root/run.sh" <<'EOF'
