@@ -8,7 +8,7 @@
 # (bench/device/pack.sh DIR). There every GPU step reports skipped; what runs is
 # the build from the carried .debs and the steps that need no GPU; then, on the
 # CPU, what the GPU steps' programs load: kolo._C with the Horovod API on 2
-# ranks, and check_collectives on 2 ranks.
+# ranks, check_collectives on 2 ranks, and the kill test's jobs.
 #   bench/device/rehearse.sh [DIR]      DIR: the packed .debs (default .device)
 # Needs root, debootstrap and network (Debian's mirror, PyPI). ~6 min on an idle
 # 2-core machine. Found before any GPU time was spent: a carried pkg-config that
@@ -52,6 +52,8 @@ echo "=== on the CPU: kolo._C, the Horovod API on 2 ranks"
 KOLO_TEST_DEVICE=cpu $B/tools/kolorun/kolorun -np 2 --timeout 300 "$PY" tests/python/workers/api_worker.py
 echo "=== on the CPU: check_collectives on 2 ranks"
 $B/tools/kolorun/kolorun -np 2 --timeout 300 $B/tests/collectives/check_collectives
+echo "=== on the CPU: the kill test's jobs (tests/gpu/kill_test.sh)"
+DEVICE=cpu tests/gpu/kill_test.sh $B/tools/kolorun/kolorun $B/tests/collectives/check_collectives "$PY"
 SCRIPT
 # A clean environment: nothing of this machine's (PYTHONPATH, PIP_FIND_LINKS) leaks in.
 chroot "$R" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin PY="$PY" CUDA="$CUDA" \

@@ -3,17 +3,21 @@
 # host plane and on the ipc plane: the job stops within 10 s of the kill
 # naming rank 1, every survivor's error names it, no process of the job is
 # left and the GPU's memory is free again, and a second job on the same GPU
-# right after it runs clean. Needs a GPU (exit 77 without one).
+# right after it runs clean. Needs a GPU (exit 77 without one); DEVICE=cpu
+# rehearses the same jobs on host memory (no GPU memory to check).
 #   tests/gpu/kill_test.sh KOLORUN CHECK_COLLECTIVES [PYTHON]
 set -uo pipefail
 KOLORUN=$1 CHECK=$2 PY=${3:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
-if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+export KOLO_TEST_DEVICE=${DEVICE:-cuda}
+if [ "$KOLO_TEST_DEVICE" = cuda ] && ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "skipped: no GPU"; exit 77
 fi
 WORK=$(mktemp -d /tmp/kolo-gpu-kill.XXXXXX)
 trap 'pkill -KILL -f "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
-free_bytes() { "$PY" -c 'import torch; print(torch.cuda.mem_get_info()[0])'; }
+free_bytes() {
+  if [ "$KOLO_TEST_DEVICE" = cuda ]; then "$PY" -c 'import torch; print(torch.cuda.mem_get_info()[0])'; else echo 0; fi
+}
 fail=0
 kill_job() {  # PLANE: one killed job on that data plane, then the checks
   local plane=$1 dir=$WORK/$1 before t0 t1 rc killed took r left free
@@ -48,11 +52,12 @@ kill_job() {  # PLANE: one killed job on that data plane, then the checks
     [ $((before - free)) -lt $((256 << 20)) ] && break
     sleep 0.5
   done
-  echo "GPU free memory: $((before >> 20)) MiB before the job, $((free >> 20)) MiB after"
+  [ "$KOLO_TEST_DEVICE" = cuda ] && echo "GPU free memory: $((before >> 20)) MiB before the job, $((free >> 20)) MiB after"
   [ $((before - free)) -lt $((256 << 20)) ] || { echo "FAIL: $(((before - free) >> 20)) MiB of the GPU still held after the job"; fail=1; }
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null
   # The next job on the same GPU, on the same plane.
-  if KOLO_GPU_TRANSPORT=$plane "$KOLORUN" -np 2 --timeout 300 "$CHECK" --cuda --filter allreduce > "$dir/next.log" 2>&1; then
+  if KOLO_GPU_TRANSPORT=$plane "$KOLORUN" -np 2 --timeout 300 "$CHECK" $([ "$KOLO_TEST_DEVICE" = cuda ] && echo --cuda) \
+      --filter allreduce > "$dir/next.log" 2>&1; then
     echo "next job on the same GPU ($plane plane): $(grep collectives: "$dir/next.log")"
   else
     echo "FAIL: the next job on the same GPU failed:"; tail -20 "$dir/next.log"; fail=1

@@ -3,7 +3,8 @@
 Every rank allreduces a 64 MiB CUDA tensor in a loop; rank 1 SIGKILLs itself
 after 2 s (between the engine's steps of some collective) and writes the time
 first. The survivors must fail with kolo's error naming rank 1; each writes
-its error and the time it saw it to RESULT_DIR/rank.R.err."""
+its error and the time it saw it to RESULT_DIR/rank.R.err. KOLO_TEST_DEVICE=cpu:
+the same on host memory (kill_test.sh's rehearsal)."""
 import os
 import signal
 import sys
@@ -17,8 +18,10 @@ import kolo.torch as hvd
 result_dir = sys.argv[1]
 hvd.init()
 rank = hvd.rank()
-torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
-x = torch.ones(16 << 20, device="cuda")
+device = os.environ.get("KOLO_TEST_DEVICE", "cuda")
+if device == "cuda":
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+x = torch.ones(16 << 20, device=device)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # kolo's own detection is what is tested
 if rank == 1:
     def die():
