@@ -14,7 +14,17 @@ if [ "$KOLO_TEST_DEVICE" = cuda ] && ! "$PY" -c 'import torch, sys; sys.exit(0 i
   echo "skipped: no GPU"; exit 77
 fi
 WORK=$(mktemp -d /tmp/kolo-gpu-kill.XXXXXX)
-trap 'pkill -KILL -f "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
+# The processes whose command line holds TEXT, from /proc: a bare machine (the
+# GPU machine's image, a minbase root) may have no procps, whose missing pgrep
+# would count none left.
+procs_with() {  # TEXT
+  local p line
+  for p in /proc/[0-9]*; do
+    line=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
+    [[ $line == *"$1"* ]] && echo "${p#/proc/} $line"
+  done
+}
+trap 'procs_with "$WORK" | while read -r pid _; do kill -KILL "$pid" 2>/dev/null; done; rm -rf "$WORK"' EXIT
 free_bytes() {
   if [ "$KOLO_TEST_DEVICE" = cuda ]; then "$PY" -c 'import torch; print(torch.cuda.mem_get_info()[0])'; else echo 0; fi
 }
@@ -45,8 +55,8 @@ kill_job() {  # PLANE: one killed job on that data plane, then the checks
   # Nothing of the job is left: no process (its command lines name $dir), and
   # the GPU's free memory is back to what it was (nvidia-smi's process list
   # is empty in a container that does not share the host's PIDs; this is not).
-  left=$(pgrep -f "$dir" | grep -c . || true)
-  [ "$left" -eq 0 ] || { echo "FAIL: $left process(es) of the job still running"; pgrep -af "$dir"; fail=1; }
+  left=$(procs_with "$dir")
+  [ -z "$left" ] || { echo "FAIL: processes of the job still running:"; echo "$left"; fail=1; }
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     free=$(free_bytes)
     [ $((before - free)) -lt $((256 << 20)) ] && break
