@@ -2,7 +2,7 @@
 # Builds kolorun and the fashion_mnist trainer against the LibTorch of a PyPI
 # torch ($PY, default python3) on a machine without Debian's development
 # packages, from the .debs that pack.sh put in DIR (unpacked into
-# /tmp/kolodeps; the programs find them by their RUNPATH). Configured with the
+# /tmp/kolodeps by unpack_deb.py; the programs find them by their RUNPATH). Configured with the
 # tests, the Python extension (for $PY, with its pybind11) and, where nvcc is
 # found, kolo's GPU parts, so that more targets can be named.
 #   bench/device/build.sh DIR BUILD_DIR [more ninja targets, e.g. kolo-bench check_collectives kolo_python]
@@ -10,7 +10,7 @@ set -euo pipefail
 dir=$(cd "${1:?usage: build.sh DIR BUILD_DIR}" && pwd) build=${2:?usage: build.sh DIR BUILD_DIR}
 PY=${PY:-python3} deps=/tmp/kolodeps
 rm -rf $deps && mkdir -p $deps
-for f in "$dir"/*.deb; do dpkg -x "$f" $deps; done
+"$PY" "$(dirname "$0")/unpack_deb.py" $deps "$dir"/*.deb  # dpkg -x, where there may be no dpkg
 # Absolute links (libz.so -> /lib/...) would point into this machine's own /lib.
 find $deps -type l | while read -r l; do
   t=$(readlink "$l"); case $t in /*) ln -sfn "$deps$t" "$l" ;; esac
