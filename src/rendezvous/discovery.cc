@@ -139,10 +139,15 @@ void slurm_fields(const Env& env, Discovery& d, const char** local_size_name) {
   d.job_id = "slurm-" + step;
   // Rank 0 runs on the first node of the step (Slurm's default block
   // distribution); every rank derives the same port from the job and step
-  // ids, so that two steps of one job on one node do not collide.
+  // ids, so that two steps of one job on one node do not collide. The port
+  // lies below Linux's default ephemeral range (32768-60999), from which any
+  // outgoing connection on rank 0's node may hold a port (seen: "Address
+  // already in use" beside a busy test suite); not read from the node's
+  // settings, which every rank would have to share to derive the same port.
   if (const char* list = first_set(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})) {
+    constexpr int kFirst = 20000, kEnd = 32768;
     d.store_host = first_slurm_host(*var(env, list));
-    d.store_port = 20000 + static_cast<int>(stable_hash(step) % 20000);
+    d.store_port = kFirst + static_cast<int>(stable_hash(step) % (kEnd - kFirst));
   }
 }
 

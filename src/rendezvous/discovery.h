@@ -14,7 +14,8 @@
 //   torchrun  rank 0 hosts it at MASTER_ADDR:MASTER_PORT, or MASTER_PORT+1 under
 //             real torchrun (TORCHELASTIC_RUN_ID set), whose own store holds MASTER_PORT.
 //   Slurm     rank 0 hosts it on the first host of SLURM_STEP_NODELIST, on a port
-//             in 20000..39999 hashed from the job and step ids.
+//             in 20000..32767 (below Linux's ephemeral ports) hashed from the job and
+//             step ids.
 //   others    not known: rank 0 hosts it and publishes the address in a file
 //             in /tmp (one-host jobs only).
 // KOLO_STORE_ADDR=host:port overrides the address under every launcher; it is

@@ -129,7 +129,7 @@ for launcher in torchrun slurm; do
       # would pick another MASTER_PORT; any other failure counts.
       for attempt in 1 2 3; do
         for _ in 1 2 3; do
-          port=$((20000 + RANDOM % 20000))
+          port=$((20000 + RANDOM % 12768))  # below the ephemeral ports (as kolo's Slurm port)
           step=$RANDOM
           vars_once ${launcher}_vars 2 $transport init
           rc=$?

@@ -127,7 +127,7 @@ TEST(Discover, Slurm) {
   expect_ranks(d, "slurm", 5, 7, 1, 2);
   EXPECT_EQ(d.store_host, "node03");
   EXPECT_GE(d.store_port, 20000);
-  EXPECT_LT(d.store_port, 40000);
+  EXPECT_LT(d.store_port, 32768);  // below Linux's default ephemeral ports
   EXPECT_TRUE(d.rank0_hosts_store);
   EXPECT_EQ(d.job_id, "slurm-1234.0");
 }
@@ -142,6 +142,18 @@ TEST(Discover, SlurmPortIsTheSameForEveryRankAndDiffersBetweenSteps) {
   next_step["SLURM_STEP_ID"] = "1";
   EXPECT_NE(discover(next_step).store_port, discover(slurm_env()).store_port);
   EXPECT_EQ(discover(next_step).job_id, "slurm-1234.1");
+}
+
+// Every job's port is below Linux's ephemeral range (32768 up), where an
+// outgoing connection on rank 0's node may hold it.
+TEST(Discover, SlurmPortIsBelowTheEphemeralRange) {
+  for (int job = 1; job <= 300; ++job) {
+    Env e = slurm_env();
+    e["SLURM_JOB_ID"] = std::to_string(job);
+    const int port = discover(e).store_port;
+    ASSERT_GE(port, 20000) << "job " << job;
+    ASSERT_LT(port, 32768) << "job " << job;
+  }
 }
 
 TEST(Discover, SlurmLocalSizeSources) {
