@@ -196,6 +196,8 @@ usage)
   check_usage "--elastic-timeout applies to elastic jobs" -np 2 --elastic-timeout 5 "$WORKER" 1
   check_usage "an elastic job needs its hosts" --min-np 1 "$WORKER" 1
   check_usage "--elastic-timeout must be positive" --min-np 1 -np 1 --elastic-timeout 0 "$WORKER" 1
+  check_usage "--join-timeout applies to elastic jobs" -np 2 --join-timeout 5 "$WORKER" 1
+  check_usage "--join-timeout must be positive" --min-np 1 -np 1 --join-timeout 0 "$WORKER" 1
   ;;
 *) fail "unknown case" ;;
 esac

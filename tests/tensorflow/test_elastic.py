@@ -47,7 +47,10 @@ class Job:
         with open(self.out, "w") as log:
             self.proc = subprocess.Popen(
                 [KOLORUN, "--min-np", "2", "--max-np", "3", "--host-discovery-script", discover,
-                 "--elastic-timeout", "60", "--timeout", str(DEADLINE_S), sys.executable,
+                 "--elastic-timeout", "60", "--timeout", str(DEADLINE_S),
+                 # A TensorFlow worker on loaded cores took over the default 30 s to reach
+                 # init(): generation 0 formed without it, and the test waits for all three.
+                 "--join-timeout", "120", sys.executable,
                  os.path.join(WORKERS, worker), self.dir, *args],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

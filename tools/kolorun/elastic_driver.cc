@@ -16,9 +16,6 @@ namespace kolorun {
 
 namespace {
 
-// How long new workers may take to reach init() before a generation is
-// published without the ones still on their way.
-constexpr auto kJoinWindow = std::chrono::seconds(30);
 constexpr auto kDiscoveryInterval = std::chrono::seconds(1);
 
 std::string numbers(const std::vector<int>& ns) {
@@ -118,7 +115,7 @@ void ElasticDriver::publish_if_changed(HostJobControl& job) {
     } else if (w.state == State::Starting) {
       if (kolo::rdv::elastic::ready(*store_, w.id)) {
         want.push_back(w.number);
-      } else if (now - w.started < kJoinWindow) {
+      } else if (now - w.started < std::chrono::duration<double>(o_.join_timeout_s)) {
         on_their_way = true;
         ++could_join;
       }

@@ -17,8 +17,8 @@
 // have reached init() (elastic::ready), hosts in the order they were first
 // listed, then by number; its rank order. A new one is published when a
 // member is lost (at once: the survivors are waiting) or when workers were
-// added and all of them have reached init() (kJoinWindow at most, so one
-// that never does holds nobody up). Fewer than --min-np live workers: nothing
+// added and all of them have reached init() (--join-timeout at most, 30 s by
+// default, so one that never does holds nobody up). Fewer than --min-np live workers: nothing
 // is published and the job waits up to --elastic-timeout for hosts, then ends
 // with exit 1 naming what is left.
 //
@@ -48,6 +48,7 @@ struct ElasticOptions {
   int max_np = 0;               // 0: no limit
   int slots_per_host = 1;
   double timeout_s = 600;       // --elastic-timeout
+  double join_timeout_s = 30;   // --join-timeout
   std::string script;           // empty: `fixed` is the host list
   std::vector<HostSlots> fixed;
 };

@@ -106,6 +106,7 @@ int run_elastic(const Options& o) {
   eo.max_np = o.max_np;
   eo.slots_per_host = o.slots_per_host;
   eo.timeout_s = o.elastic_timeout_s;
+  eo.join_timeout_s = o.join_timeout_s;
   eo.script = o.discovery_script;
   eo.fixed = first;
   ElasticDriver driver(eo, first, launch, std::move(client));

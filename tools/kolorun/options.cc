@@ -145,6 +145,7 @@ int check_elastic(const CLI::App& app, Options& o, bool have_hosts) {
   if (app.count("--np") == 0) o.np = 0;  // every listed slot, up to --max-np
   if (o.slots_per_host < 1) return bad(fmt::format("--slots-per-host must be at least 1, got {}", o.slots_per_host));
   if (!(o.elastic_timeout_s > 0)) return bad(fmt::format("--elastic-timeout must be positive, got {:g}", o.elastic_timeout_s));
+  if (!(o.join_timeout_s > 0)) return bad(fmt::format("--join-timeout must be positive, got {:g}", o.join_timeout_s));
   if (!o.discovery_script.empty()) {
     std::error_code ec;
     o.discovery_script = std::filesystem::absolute(o.discovery_script, ec).string();
@@ -225,6 +226,10 @@ ParseResult parse_options(int argc, char** argv) {
   app.add_option("--elastic-timeout", o.elastic_timeout_s,
                  "Elastic: with fewer than --min-np workers for S seconds the job ends (default 600)")
       ->type_name("S");
+  app.add_option("--join-timeout", o.join_timeout_s,
+                 "Elastic: workers being added may take S seconds to reach init(); then the next generation "
+                 "is published without those still on their way (default 30)")
+      ->type_name("S");
 
   std::vector<std::string> flags;
   split_args(app, argc, argv, flags, o.command);
@@ -245,7 +250,7 @@ ParseResult parse_options(int argc, char** argv) {
   const bool have_hosts = app.count("--host") > 0 || app.count("--hostfile") > 0;
   o.elastic = app.count("--min-np") > 0 || app.count("--max-np") > 0 || app.count("--host-discovery-script") > 0;
   if (!o.elastic) {
-    for (const char* flag : {"--slots-per-host", "--elastic-timeout"}) {
+    for (const char* flag : {"--slots-per-host", "--elastic-timeout", "--join-timeout"}) {
       if (app.count(flag) > 0) {
         usage_error(fmt::format("{} applies to elastic jobs (--min-np, --max-np, --host-discovery-script)", flag));
         return {std::nullopt, 2};

@@ -35,6 +35,7 @@ struct Options {
   std::string discovery_script;           // absolute path; empty: -H/--hostfile, else localhost:np
   int slots_per_host = 1;                 // slots of a discovered host listed without them
   double elastic_timeout_s = 600;         // below --min-np this long: the job ends
+  double join_timeout_s = 30;             // added workers this long to reach init(), then left out
 };
 
 // Either options to run with, or the exit status kolorun ends with right away
