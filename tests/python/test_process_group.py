@@ -35,10 +35,20 @@ def test_new_group_subgroups(np, transport):
     assert_ok(run(np, "process_group_worker.py", "subgroups", transport=transport), np, "process_group")
 
 
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2, reason="torch 1.13's groups have no name")
+def test_groups_named_without_a_backend_entry():
+    """As on torch 2.11, whose Backend has no Python constructor: the groups keep their names."""
+    assert_ok(run(2, "process_group_worker.py", "holderless,names,objects,ddp", transport="shm"), 2,
+              "process_group")
+
+
 @pytest.mark.skipif("device_id" not in inspect.signature(dist.init_process_group).parameters,
                     reason=f"torch {torch.__version__}'s init_process_group has no device_id")
 def test_device_id():
-    assert_ok(run(2, "process_group_worker.py", "device,ops"), 2, "process_group")
+    proc = run(2, "process_group_worker.py", "device,ops")
+    if proc.returncode != 0 and "device_id parameter must be an accelerator with an index" in proc.stdout:
+        pytest.skip(f"torch {torch.__version__} refuses a CPU device_id (2.11 does; 2.15 takes one)")
+    assert_ok(proc, 2, "process_group")
 
 
 # torch 1.13 refuses bf16_compress_hook without CUDA ("required CUDA 11+ and NCCL 2.10+").

@@ -197,9 +197,21 @@ class ProcessGroupKolo(dist.ProcessGroup):
         super().__init__(rank, size)
         self._comm = comm
         self._completer = Completer()
+        self._name = None  # where no backend entry holds it (see _create)
 
     def getBackendName(self):
         return "kolo"
+
+    # torch 2.x names a group through its per-device backends (see _create). Where
+    # torch's Backend cannot be made from Python (torch 2.11 has no constructor for
+    # it; 2.15 has one) the group has none, and the name torch gives it is kept here.
+    def _set_group_name(self, name):
+        self._name = name
+        super()._set_group_name(name)
+
+    @property
+    def group_name(self):
+        return super().group_name if self._name is None else self._name
 
     def _submit(self, what, kolo_work, value, finish=None, keep=()):
         return self._completer.submit(what, kolo_work, value, finish, keep, _stream_of(keep, value))
@@ -616,10 +628,11 @@ def _create(opts, backend_options=None):
         # a group with none has no name. This one holds the name only; the ops
         # stay the group's own (C++ callers reach them through the group).
         # One holder for both devices: torch keeps one backend per type (CUSTOM).
-        pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
-        holder = _NameHolder(opts.group_rank, opts.group_size)
-        for device in _DEVICES:
-            pg._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, holder)
+        holder = _name_holder(opts.group_rank, opts.group_size)
+        if holder is not None:
+            pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+            for device in _DEVICES:
+                pg._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, holder)
     return pg
 
 
@@ -629,6 +642,15 @@ if hasattr(dist.ProcessGroup, "_register_backend"):
 
         def getBackendName(self):
             return "kolo"
+
+
+def _name_holder(rank, size):
+    """A _NameHolder, or None where torch's Backend has no Python constructor
+    (torch 2.11): then the group keeps its name itself (ProcessGroupKolo.group_name)."""
+    try:
+        return _NameHolder(rank, size)
+    except TypeError:
+        return None
 
 
 def _register():

@@ -17,6 +17,9 @@
   objects torch's object collectives (pickled objects over the group's ops)
   device  init_process_group("kolo", device_id=cpu:0, or this rank's GPU under
           KOLO_TEST_DEVICE=cuda) (torch >= 2.3), then ops
+  holderless  (torch 2.x) the group made as on a torch whose Backend has no Python
+          constructor (torch 2.11), where no backend entry can hold its name: the
+          world's and a new group's names resolve to them in torch's registry
   subgroups  new_group over subsets (N >= 3): the even and the odd ranks at
           once, a pair {0, N-1} that rank 1 is outside of, results against
           references, then (last) a mismatch inside a group, named there
@@ -44,6 +47,9 @@ from common import DEVICE, DEVICE_ID, await_the_kill, DTYPES, FLOATS, HALF, chec
 import kolo.torch  # noqa: E402,F401  (registers the backend)
 
 MODES = sys.argv[1].split(",")
+if "holderless" in MODES:
+    import kolo.torch.process_group as kolo_pg
+    kolo_pg._name_holder = lambda rank, size: None
 dist.init_process_group("kolo", **({"device_id": DEVICE_ID} if "device" in MODES else {}))
 R, N = dist.get_rank(), dist.get_world_size()
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
@@ -440,6 +446,19 @@ def mode_device():
     check(t.eq(N * (N + 1) / 2).all(), f"all_reduce on a group bound to {DEVICE_ID}")
 
 
+def mode_holderless():
+    from torch.distributed.distributed_c10d import _get_process_group_name, _resolve_process_group
+    pair = dist.new_group([0, 1])
+    for group in (dist.group.WORLD, pair):
+        name = group.group_name
+        check(_get_process_group_name(group) == name and _resolve_process_group(name) is group,
+              f"group name {name!r} in torch's registry")
+    check(dist.group.WORLD.group_name != pair.group_name, "the two groups' names differ")
+    t = torch.ones(3)
+    dist.all_reduce(t, group=pair)
+    check(t.eq(2).all(), f"all_reduce on the new group: {t.tolist()}")
+
+
 def mode_subgroups():
     check(N >= 3, "subgroups needs 3 ranks or more")
     evens, odds = dist.new_group(list(range(0, N, 2))), dist.new_group(list(range(1, N, 2)))
@@ -474,7 +493,8 @@ def mode_subgroups():
 
 for mode in MODES:
     {"ops": mode_ops, "ddp": mode_ddp, "errors": mode_errors, "kill": mode_kill, "init": mode_init,
-     "names": mode_names, "objects": mode_objects, "device": mode_device, "subgroups": mode_subgroups}[mode]()
+     "names": mode_names, "objects": mode_objects, "device": mode_device, "subgroups": mode_subgroups,
+     "holderless": mode_holderless}[mode]()
 # torch's documented shutdown. Without it the gloo group of mode_ddp is torn
 # down during interpreter exit, where its worker threads can end the process
 # with "terminate called without an active exception" (SIGABRT; seen in CI at
