@@ -73,8 +73,10 @@ train)
   ;;
 *) echo "unknown PROGRAM $PROGRAM"; exit 2 ;;
 esac
+# --join-timeout 120: h2's workers, started again on loaded cores, once took over the default
+# 30 s to reach init(); generation 2 then formed without them and h2 came back in generation 3.
 kh_exec h0 "$K" --min-np 2 --host-discovery-script "$WORK/discover.sh" --rsh "ssh -F $KH_SSH_CONFIG" \
-  --elastic-timeout 60 --timeout 1500 "${cmd[@]}" > out 2>&1 &
+  --elastic-timeout 60 --join-timeout 120 --timeout 1500 "${cmd[@]}" > out 2>&1 &
 job=$!
 
 gen=0
