@@ -47,8 +47,8 @@ int usable_cores() {
   return static_cast<int>(std::thread::hardware_concurrency());
 }
 
-// How long a waiting rank spins before it yields its core, when `sharers`
-// ranks of the job share this machine: long while they fit the cores (a
+// How long a waiting rank spins before it sleeps, when `sharers` ranks of
+// the job share this machine: long while they fit the cores (a
 // peer that runs side by side arrives within microseconds, and a futex
 // sleep would cost more), barely at all beyond, where a spinning rank takes
 // the core a peer needs. An asynchronous collective barely spins either: it
@@ -57,14 +57,25 @@ int usable_cores() {
 // the compute of this rank or its peer (2-rank MLP training on 2 cores,
 // bench/results/shm-spins-overlap-np2-vm-2026-11-24.md). KOLO_SHM_SPINS
 // overrides both (bench/shm_spins.py measures the trade-off).
+//
+// Between the spin and the sleep a rank yields its core, but only where the
+// ranks outnumber the machine's cores, so that a peer waiting for this very
+// core runs at once (4 ranks on 2 cores: an 8-byte allreduce 6 us instead of
+// 15 us through futex wake-ups). Elsewhere a yield can only hand the core to
+// another program's thread, and then for the rest of its scheduler slice:
+// on a loaded core the rank saw its peer's arrival 4-12 ms late, and left
+// the collective that much after it (bench/results/shm-yield-load-np2-vm-2026-11-30.md).
+// The machine's cores, not this process's: mpirun binds each rank to a core
+// of its own, where the peers are never on this rank's core.
 ShmGroup::Spins spins_for(int sharers) {
+  const int yields = sharers > static_cast<int>(std::thread::hardware_concurrency()) ? 64 : 0;
   const std::int64_t forced = config::shm_spins();
   if (forced >= 0) {
     const int n = static_cast<int>(std::min<std::int64_t>(forced, 1 << 30));
-    return {n, n};
+    return {n, n, yields};
   }
   constexpr int kFew = 50;
-  return {sharers <= usable_cores() ? 20000 : kFew, kFew};
+  return {sharers <= usable_cores() ? 20000 : kFew, kFew, yields};
 }
 
 }  // namespace
@@ -217,9 +228,9 @@ void ShmGroup::check_peers(const char* what) {
   }
 }
 
-// Spin briefly (the peer is usually well under a microsecond behind), yield,
-// then sleep on the peer's futex word, waking every 5 ms to check the deadline and
-// that the peer is still alive.
+// Spin briefly (the peer is usually well under a microsecond behind), yield
+// where ranks outnumber cores, then sleep on the peer's futex word, waking
+// every 5 ms to check the deadline and that the peer is still alive.
 void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
   Flag& f = flags_[peer];
   // A peer publishes an epoch before it aborts, leaves or exits: seen after
@@ -240,9 +251,9 @@ void ShmGroup::wait_for(int peer, std::uint64_t e, const char* what) {
     if ((i & 255) == 0) check_aborted();
     _mm_pause();
   }
-  // Give the core to a peer that may be waiting for one (ranks can outnumber
-  // cores) before paying for a futex sleep and wake-up.
-  for (int i = 0; i < 64; ++i) {
+  // Give the core to a peer that may be waiting for it (spins_for: only where
+  // ranks outnumber cores) before paying for a futex sleep and wake-up.
+  for (int i = 0; i < spins_.yields; ++i) {
     if (f.epoch.load(std::memory_order_acquire) >= e) return;
     sched_yield();
   }

@@ -84,9 +84,10 @@ class ShmGroup {
   }
 
   // Busy-wait iterations before a waiting rank sleeps, in a collective that
-  // blocks its caller and in one that overlaps its caller's work (core/overlap.h).
+  // blocks its caller and in one that overlaps its caller's work (core/overlap.h),
+  // and how many times it then yields its core before the sleep.
   struct Spins {
-    int blocking, overlapped;
+    int blocking, overlapped, yields;
   };
 
  private:
