@@ -67,9 +67,10 @@ inline std::int64_t gpu_ipc_direct_bytes() { return env_int("KOLO_GPU_IPC_DIRECT
 // enough to amortise one flag synchronisation, small enough to stay in cache.
 inline std::int64_t shm_chunk_bytes() { return env_int("KOLO_SHM_CHUNK", 256 << 10); }
 // Busy-wait iterations (a pause each, ~25 ns on the dev VM) before a rank
-// waiting for a shared-memory peer yields its core; < 0: chosen by the
-// transport from how many ranks share the cores and whether the collective
-// overlaps its caller's work (transport/shm_group.cc).
+// waiting for a shared-memory peer sleeps (yielding its core first only where
+// the machine's ranks outnumber its cores); < 0: chosen by the transport from
+// how many ranks share the cores and whether the collective overlaps its
+// caller's work (transport/shm_group.cc).
 inline std::int64_t shm_spins() { return env_int("KOLO_SHM_SPINS", -1); }
 // Socket send/receive buffer size requested for data connections.
 inline std::int64_t tcp_buffer_bytes() { return env_int("KOLO_TCP_BUFFER", 4 << 20); }
