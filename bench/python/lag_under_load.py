@@ -19,7 +19,6 @@ The rank side: lag_under_load.py --rank-side ITERS SLEEP OUT_DIR (writes rankN.j
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -52,22 +51,21 @@ def job(build, launcher, iters, sleep):
     """[(lag_ms, rank 1's barrier s)] of one 2-rank job."""
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(build), "python"),
                OMP_NUM_THREADS="1", KOLO_NAMED_CYCLE_US="100000")
-    out_dir = tempfile.mkdtemp(prefix="kolo-lag-")
-    prog = [sys.executable, os.path.abspath(__file__), "--rank-side", str(iters), str(sleep), out_dir]
-    if launcher == "mpirun":
-        cmd = ["mpirun", "--allow-run-as-root", "-np", "2", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
-               "-x", "KOLO_NAMED_CYCLE_US", *prog]
-    else:
-        cmd = [os.path.join(build, "tools", "kolorun", "kolorun"), "-np", "2", *prog]
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-    ranks = {}
-    for rank in (0, 1):
-        try:
-            with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
-                ranks[rank] = json.load(f)
-        except OSError:
-            pass
-    shutil.rmtree(out_dir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="kolo-lag-") as out_dir:
+        prog = [sys.executable, os.path.abspath(__file__), "--rank-side", str(iters), str(sleep), out_dir]
+        if launcher == "mpirun":
+            cmd = ["mpirun", "--allow-run-as-root", "-np", "2", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
+                   "-x", "KOLO_NAMED_CYCLE_US", *prog]
+        else:
+            cmd = [os.path.join(build, "tools", "kolorun", "kolorun"), "-np", "2", *prog]
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+        ranks = {}
+        for rank in (0, 1):
+            try:
+                with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
+                    ranks[rank] = json.load(f)
+            except OSError:
+                pass
     if p.returncode != 0 or len(ranks) != 2:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}")
     return [(1e3 * (b0 - a0), b1 - b0) for (a0, _), (b0, b1) in zip(ranks[0], ranks[1])]
