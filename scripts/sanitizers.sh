@@ -7,6 +7,8 @@
 #   scripts/sanitizers.sh             both stages
 #   scripts/sanitizers.sh asan        ASan+UBSan only
 #   scripts/sanitizers.sh tsan        TSan only
+#   scripts/sanitizers.sh build       both builds, no test (.ci/run starts it
+#                                     ahead, at idle priority, beside the tests)
 #
 # What runs (chosen to stay under ~20 minutes on a loaded 2-core machine,
 # builds included; ccache makes later runs mostly test time):
@@ -75,6 +77,11 @@ configure_and_build() {  # DIR SANITIZER TARGETS...
   return 1
 }
 
+# What each stage builds (and `build` builds ahead).
+ASAN_TARGETS=(kolorun kernels_tests rendezvous_tests launcher_tests kolo_test_rank check_collectives kolo_mismatch
+  kolo_fault_rank kolo_bad_input_test check_reducer check_autotune)
+TSAN_TARGETS=(kolorun rendezvous_tests check_collectives kolo_bad_input_test kolo_fault_rank check_reducer)
+
 # Collectives under kolorun without the --large sizes: RANKS TRANSPORT DIR.
 collectives() {
   KOLO_TRANSPORT=$2 "$3/tools/kolorun/kolorun" -np "$1" --timeout 900 \
@@ -111,9 +118,7 @@ run_asan() {
   local B=build-asan
   export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  step "asan: build" configure_and_build $B address kolorun kernels_tests rendezvous_tests \
-    launcher_tests kolo_test_rank check_collectives kolo_mismatch kolo_fault_rank kolo_bad_input_test \
-    check_reducer check_autotune
+  step "asan: build" configure_and_build $B address "${ASAN_TARGETS[@]}"
   [[ " ${failed[*]} " == *" asan: build "* ]] && return
   step "asan: kernels_tests" $B/tests/kernels/kernels_tests --gtest_brief=1
   step "asan: rendezvous_tests" $B/tests/rendezvous/rendezvous_tests --gtest_brief=1
@@ -136,8 +141,7 @@ run_asan() {
 run_tsan() {
   local B=build-tsan
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-  step "tsan: build" configure_and_build $B thread kolorun rendezvous_tests check_collectives kolo_bad_input_test \
-    kolo_fault_rank check_reducer
+  step "tsan: build" configure_and_build $B thread "${TSAN_TARGETS[@]}"
   [[ " ${failed[*]} " == *" tsan: build "* ]] && return
   # TSan maps its shadow at fixed addresses; with more ASLR bits than it
   # expects a process dies at start ("unexpected memory mapping"): run
@@ -175,7 +179,11 @@ case $stages in
     ;;
   asan) run_asan ;;
   tsan) run_tsan ;;
-  *) echo "usage: scripts/sanitizers.sh [asan|tsan]"; exit 2 ;;
+  build)
+    step "asan: build" configure_and_build build-asan address "${ASAN_TARGETS[@]}"
+    step "tsan: build" configure_and_build build-tsan thread "${TSAN_TARGETS[@]}"
+    ;;
+  *) echo "usage: scripts/sanitizers.sh [asan|tsan|build]"; exit 2 ;;
 esac
 
 echo "=== sanitizers: $((SECONDS - t_start)) s in all"
