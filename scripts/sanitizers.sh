@@ -77,10 +77,16 @@ configure_and_build() {  # DIR SANITIZER TARGETS...
   return 1
 }
 
-# What each stage builds (and `build` builds ahead).
-ASAN_TARGETS=(kolorun kernels_tests rendezvous_tests launcher_tests kolo_test_rank check_collectives kolo_mismatch
-  kolo_fault_rank kolo_bad_input_test check_reducer check_autotune)
-TSAN_TARGETS=(kolorun rendezvous_tests check_collectives kolo_bad_input_test kolo_fault_rank check_reducer)
+# Each stage's build (also what `build` builds ahead).
+build_asan() {
+  step "asan: build" configure_and_build build-asan address kolorun kernels_tests rendezvous_tests \
+    launcher_tests kolo_test_rank check_collectives kolo_mismatch kolo_fault_rank kolo_bad_input_test \
+    check_reducer check_autotune
+}
+build_tsan() {
+  step "tsan: build" configure_and_build build-tsan thread kolorun rendezvous_tests check_collectives \
+    kolo_bad_input_test kolo_fault_rank check_reducer
+}
 
 # Collectives under kolorun without the --large sizes: RANKS TRANSPORT DIR.
 collectives() {
@@ -118,7 +124,7 @@ run_asan() {
   local B=build-asan
   export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  step "asan: build" configure_and_build $B address "${ASAN_TARGETS[@]}"
+  build_asan
   [[ " ${failed[*]} " == *" asan: build "* ]] && return
   step "asan: kernels_tests" $B/tests/kernels/kernels_tests --gtest_brief=1
   step "asan: rendezvous_tests" $B/tests/rendezvous/rendezvous_tests --gtest_brief=1
@@ -141,7 +147,7 @@ run_asan() {
 run_tsan() {
   local B=build-tsan
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-  step "tsan: build" configure_and_build $B thread "${TSAN_TARGETS[@]}"
+  build_tsan
   [[ " ${failed[*]} " == *" tsan: build "* ]] && return
   # TSan maps its shadow at fixed addresses; with more ASLR bits than it
   # expects a process dies at start ("unexpected memory mapping"): run
@@ -180,8 +186,8 @@ case $stages in
   asan) run_asan ;;
   tsan) run_tsan ;;
   build)
-    step "asan: build" configure_and_build build-asan address "${ASAN_TARGETS[@]}"
-    step "tsan: build" configure_and_build build-tsan thread "${TSAN_TARGETS[@]}"
+    build_asan
+    build_tsan
     ;;
   *) echo "usage: scripts/sanitizers.sh [asan|tsan|build]"; exit 2 ;;
 esac
