@@ -19,6 +19,8 @@
 #   cuda probe bench/gpu/cuda_probe: stream memory operations, which CUDA calls block while a
 #              stream waits on a ticket word, a peer's freed allocation as its mapping sees it, the
 #              costs behind a small collective (an 8-byte copy, the kernel, an IPC open)
+#   nccl library  tests/gpu/nccl_library_test with torch's NCCL: loaded, and a non-blocking
+#              communicator of 1 rank formed on the GPU and let go
 #   ctest gpu  (one test at a time, most telling first) the CUDA reduction kernel bit for bit against the host kernels; check_collectives
 #              --cuda on 2 and 4 ranks sharing the GPU, on each data plane (host, ipc; and ipc
 #              in 64 KiB rounds on 3; nccl on 1 rank): every collective x dtype x op, 1 element to 256 MiB,
@@ -90,7 +92,7 @@ have_gpu() { $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() 
 
 build() {
   bench/device/build.sh "$DEBS" "$BUILD" check_collectives kolo_bad_input_test fingerprint_tests cuda_reduce_test \
-    reduce_kernel_bench cuda_probe torch_test torch_rank_prog \
+    reduce_kernel_bench cuda_probe torch_test torch_rank_prog nccl_library_test \
     > "$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; return 1; }
   grep -E "GPU parts|CUDA .* found" "$OUT/build.log" | head -3
@@ -109,6 +111,13 @@ gpus=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || ec
 # First, in seconds: what the driver does that kolo relies on (bench/gpu/cuda_probe.cc).
 step "cuda probe" timeout 60 "$BUILD/bench/gpu/cuda_probe"
 step "fingerprint tests" "$BUILD/tests/collectives/fingerprint_tests"
+# NCCL's non-blocking communicator formed on the GPU, 1 rank (transport/cuda/nccl_comm.h).
+nccl_library() {
+  [ -n "${KOLO_NCCL_LIBRARY:-}" ] || { echo "skipped: no NCCL beside torch"; return 77; }
+  KOLO_TEST_NCCL=$KOLO_NCCL_LIBRARY "$BUILD/tests/gpu/nccl_library_test" || return 1
+  have_gpu  # without one it saw only NCCL's refusal: skipped
+}
+step "nccl library" nccl_library
 # The GPU tests one by one, most telling first, so that a call cut short by the
 # machine's minutes has seen the most; a hang on the ipc plane (a sandbox
 # without CUDA IPC or stream memory operations) skips its other ipc tests

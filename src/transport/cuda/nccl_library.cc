@@ -53,6 +53,10 @@ std::unique_ptr<Library> load(const std::string& path, std::string& why) {
     ::dlclose(handle);
     return nullptr;
   }
+  std::string newer;  // what an older library lacks: kolo does without it
+  (void)resolve(handle, "ncclCommInitRankConfig", lib->comm_init_rank_config, newer);
+  (void)resolve(handle, "ncclCommFinalize", lib->comm_finalize, newer);
+  (void)resolve(handle, "ncclGetLastError", lib->get_last_error, newer);
   if (get_version(&lib->version) != kSuccess || lib->version < kOldest) {
     why = fmt::format("{} is NCCL {}; kolo needs 2.10 or newer", path, lib->version);
     ::dlclose(handle);

@@ -7,14 +7,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include <climits>
 #include <cstddef>
 #include <memory>
 #include <string>
 
 namespace kolo::gpu::nccl {
 
-using Result = int;  // ncclResult_t: 0 success, 7 in progress
+using Result = int;  // ncclResult_t: 0 success, 3 internal error, 7 in progress
 inline constexpr Result kSuccess = 0;
+inline constexpr Result kInternalError = 3;
 inline constexpr Result kInProgress = 7;
 using Comm = struct ncclComm*;  // ncclComm_t
 struct UniqueId {
@@ -24,6 +26,19 @@ struct UniqueId {
 enum DataType : int { kInt8 = 0, kUint8 = 1, kInt32 = 2, kInt64 = 4, kFloat16 = 6, kFloat32 = 7, kFloat64 = 8,
                       kBfloat16 = 9 };
 enum RedOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };  // kolo divides for Average itself
+
+// ncclConfig_t as NCCL 2.14 laid it out. NCCL copies `size` bytes of a config
+// and gives every field its `version` predates the default, so each later
+// release takes this one (tests/gpu/nccl_library_test.cc checks the layout
+// against the toolkit's nccl.h).
+inline constexpr int kUndefined = INT_MIN;  // NCCL_CONFIG_UNDEF_INT
+struct Config {
+  std::size_t size = sizeof(Config);
+  unsigned magic = 0xcafebeef;
+  unsigned version = 21400;  // NCCL_VERSION(2, 14, 0)
+  int blocking = kUndefined;
+  int tail = kUndefined;     // the struct's padding in 2.14, cgaClusterSize's place since 2.17
+};
 
 // The functions kolo calls, resolved from the library.
 struct Library {
@@ -43,6 +58,10 @@ struct Library {
   Result (*recv)(void*, std::size_t, int, int, Comm, cudaStream_t) = nullptr;
   Result (*group_start)() = nullptr;
   Result (*group_end)() = nullptr;
+  // Null where the library predates them.
+  Result (*comm_init_rank_config)(Comm*, int, UniqueId, int, Config*) = nullptr;  // 2.14
+  Result (*comm_finalize)(Comm) = nullptr;                                         // 2.14
+  const char* (*get_last_error)(Comm) = nullptr;                                   // 2.13
 };
 
 // The library KOLO_NCCL_LIBRARY names (default libnccl.so.2: the one a

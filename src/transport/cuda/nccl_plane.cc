@@ -8,8 +8,10 @@
 //
 // The NCCL communicator is made inside the first collective's run, where every
 // rank is: rank 0's unique id reaches the others through the host transport,
-// then ncclCommInitRank on this rank's device. NCCL refuses two ranks on one
-// GPU ("Duplicate GPU detected"): the ipc and host planes serve those.
+// then NCCL forms it on this rank's device — non-blocking where NCCL allows,
+// so that a peer lost meanwhile costs a deadline, not a hang (nccl_comm.h).
+// NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): the ipc and
+// host planes serve those.
 //
 // What NCCL would do otherwise than kolo's contract goes to the host plane,
 // decided from the call alone (so every rank decides alike): reductions of
@@ -30,6 +32,7 @@
 #include "core/error.h"
 #include "kernels/reduce_cuda.h"
 #include "transport/cuda/caller_stream.h"
+#include "transport/cuda/nccl_comm.h"
 #include "transport/cuda/nccl_library.h"
 #include "transport/cuda/planes.h"
 #include "transport/cuda/runtime.h"
@@ -76,7 +79,7 @@ class NcclPlane : public Plane {
       : lib_(lib), size_(size), host_(std::move(host)) {}
   ~NcclPlane() override {
     streams_.release_all();
-    if (comm_ != nullptr) (void)lib_.comm_destroy(comm_);
+    nccl::finish(lib_, comm_, nonblocking_, std::chrono::milliseconds(config::peer_timeout_ms()));
   }
   PlaneCode code() const override { return PlaneCode::Nccl; }
 
@@ -136,11 +139,21 @@ class NcclPlane : public Plane {
     return reduces(c.fp.kind) && (c.fp.dtype == DType::F16 || c.fp.dtype == DType::BF16);
   }
 
-  void check(const StreamTicket& t, nccl::Result r) {
-    if (r == nccl::kSuccess || r == nccl::kInProgress) return;
+  // A call on a non-blocking communicator returns kInProgress while NCCL
+  // carries it out: settled before anything else is queued after it — the
+  // calls inside a group are carried out by its end (`grouped`).
+  void check(const StreamTicket& t, nccl::Result r, bool grouped = false) {
+    if (r == nccl::kInProgress && !grouped) r = nccl::settle(lib_, comm_, limit());
+    if (r == nccl::kSuccess || (r == nccl::kInProgress && grouped)) return;
     abort();
-    fail("{} on cuda:{}: NCCL ({}) failed: {}", t.what, t.device, lib_.path, lib_.get_error_string(r));
+    if (r == nccl::kInProgress)
+      fail("{} on cuda:{}: NCCL did not take the call within KOLO_TIMEOUT_MS={} ms (a peer stopped or died?); the "
+           "NCCL communicator was aborted",
+           t.what, t.device, config::timeout_ms());
+    fail("{} on cuda:{}: NCCL ({}) failed: {}", t.what, t.device, lib_.path, nccl::describe(lib_, r));
   }
+
+  static std::chrono::milliseconds limit() { return std::chrono::milliseconds(config::timeout_ms()); }
 
   // Average: NCCL's ncclAvg scales each input by 1/n before summing (floats),
   // which is not kolo's sum divided by n bit for bit: the sum divided here by
@@ -167,11 +180,16 @@ class NcclPlane : public Plane {
     host.allgather(&mine, all.data(), sizeof mine);
     if (!all[0].ok) fail("{} on cuda:{}: rank 0 could not make an NCCL unique id ({})", t.what, t.device, lib_.path);
     nccl::Comm comm = nullptr;
-    const nccl::Result r = lib_.comm_init_rank(&comm, size_, all[0].id, host.rank);
+    const nccl::Result r = nccl::form(lib_, &comm, size_, all[0].id, host.rank, limit(), &nonblocking_);
+    if (r != nccl::kSuccess) aborted_ = true;  // form() let the half-formed communicator go
+    if (r == nccl::kInProgress)
+      fail("{} on cuda:{}: NCCL ({}) did not form its communicator of {} ranks within KOLO_TIMEOUT_MS={} ms (a "
+           "peer stopped or died?); it was aborted",
+           t.what, t.device, lib_.path, size_, config::timeout_ms());
     if (r != nccl::kSuccess)
       fail("{} on cuda:{}: NCCL ({}) could not form its communicator of {} ranks: {} (NCCL needs a GPU of its own "
            "for each rank: KOLO_GPU_TRANSPORT=ipc or host serves ranks that share one)",
-           t.what, t.device, lib_.path, size_, lib_.get_error_string(r));
+           t.what, t.device, lib_.path, size_, nccl::describe(lib_, r));
     comm_ = comm;
     rank_ = host.rank;
   }
@@ -183,7 +201,7 @@ class NcclPlane : public Plane {
     for (int r = 0; r < size_; ++r) {
       const std::size_t bytes = c.counts[static_cast<std::size_t>(r)] * unit;
       char* block = static_cast<char*>(c.out) + at;
-      check(t, lib_.broadcast(r == rank_ ? c.in : block, block, bytes, nccl::kUint8, r, comm_, s));
+      check(t, lib_.broadcast(r == rank_ ? c.in : block, block, bytes, nccl::kUint8, r, comm_, s), true);
       at += bytes;
     }
     check(t, lib_.group_end());
@@ -194,8 +212,8 @@ class NcclPlane : public Plane {
     const std::size_t per = c.in_bytes / static_cast<std::size_t>(size_);
     check(t, lib_.group_start());
     for (int r = 0; r < size_; ++r) {
-      check(t, lib_.send(static_cast<const char*>(c.in) + r * per, per, nccl::kUint8, r, comm_, s));
-      check(t, lib_.recv(static_cast<char*>(c.out) + r * per, per, nccl::kUint8, r, comm_, s));
+      check(t, lib_.send(static_cast<const char*>(c.in) + r * per, per, nccl::kUint8, r, comm_, s), true);
+      check(t, lib_.recv(static_cast<char*>(c.out) + r * per, per, nccl::kUint8, r, comm_, s), true);
     }
     check(t, lib_.group_end());
   }
@@ -209,7 +227,7 @@ class NcclPlane : public Plane {
                                            (async != nccl::kSuccess && async != nccl::kInProgress)) {
                                          abort();
                                          fail("{} on cuda:{}: NCCL ({}) reported: {}", t.what, t.device, lib_.path,
-                                              lib_.get_error_string(async));
+                                              nccl::describe(lib_, async));
                                        }
                                      });
     if (e == cudaSuccess) return;
@@ -229,6 +247,7 @@ class NcclPlane : public Plane {
   int rank_ = -1;    // this rank in the NCCL communicator (the kolo communicator's)
   int device_ = -1;  // this rank's device: the first collective's
   nccl::Comm comm_ = nullptr;
+  bool nonblocking_ = false;  // NCCL ≥ 2.14: every call settled (nccl_comm.h)
   bool aborted_ = false;
 };
 
