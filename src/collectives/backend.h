@@ -37,6 +37,11 @@ class Backend {
   // than at their timeout (telling them `reason` where the transport can).
   // The backend is unusable afterwards.
   virtual void abort(const std::string& reason) {}
+  // For a rank waiting on something other than this transport (a GPU
+  // collective that NCCL moves): fails, naming it, if a peer is known to have
+  // failed or gone (its process died, its connection closed). Never blocks; a
+  // host that vanished silently is not seen here (no data is in flight).
+  virtual void check_peers(const char* what) {}
   virtual void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) = 0;
   virtual void broadcast(void* data, std::size_t count, DType t, int root) = 0;
   virtual void allgatherv(const void* in, void* out, std::span<const std::size_t> counts,

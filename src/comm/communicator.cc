@@ -163,7 +163,8 @@ Work start(detail::Context& c, bool blocking, const char* what, const Place& pla
           [&c](const void* mine, void* all, std::size_t n) {
             c.backend->allgatherv(mine, all, std::vector<std::size_t>(c.size, n), DType::U8);
           },
-          [&c, host](const void* i, void* o) { host(*c.backend, i, o); }, std::move(part)};
+          [&c, host](const void* i, void* o) { host(*c.backend, i, o); }, std::move(part),
+          [&c, what = call.what] { c.backend->check_peers(what); }};
       try {
         c.gpu->run(*ticket, call, link);
       } catch (...) {

@@ -67,6 +67,10 @@ struct HostLink {
   // The same collective on `count` of its elements (a part of the whole;
   // transport/staged_parts.h): allreduce and broadcast, empty for the others.
   std::function<void(const void* in, void* out, std::size_t count)> part;
+  // Fails, naming it, where a peer is known to have failed or gone (its
+  // process died, its connection closed); never blocks: for a plane that
+  // waits on something other than the host transport (NCCL's kernels).
+  std::function<void()> check_peers;
 };
 
 // One collective's place in its caller's stream (caller_stream.h). Released

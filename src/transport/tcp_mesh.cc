@@ -232,6 +232,15 @@ void TcpMesh::abort() {
     if (fd) ::shutdown(fd.get(), SHUT_RDWR);
 }
 
+void TcpMesh::check_peers(const char* what) {
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    char byte;
+    const ssize_t n = ::recv(peers_[q].get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) fail_read(q, n, what);
+  }
+}
+
 std::size_t TcpMesh::send_some(int peer, const char* data, std::size_t len) {
   std::size_t& hdr = hdr_sent_[peer];
   iovec iov[2] = {{reinterpret_cast<char*>(&current_) + hdr, kHeader - hdr},
@@ -268,9 +277,13 @@ std::size_t TcpMesh::recv_some(int peer, char* data, std::size_t len, const char
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    if (n == 0) fail_io("{}: {} closed its connection (did it exit?)", what, members_.name(peer));
-    fail_io("{}: lost connection to {}: {}", what, members_.name(peer), errno_text(errno));
+    fail_read(peer, n, what);
   }
+}
+
+void TcpMesh::fail_read(int peer, ssize_t n, const char* what) const {
+  if (n == 0) fail_io("{}: {} closed its connection (did it exit?)", what, members_.name(peer));
+  fail_io("{}: lost connection to {}: {}", what, members_.name(peer), errno_text(errno));
 }
 
 bool TcpMesh::try_io(std::span<SendOp> sends, std::span<RecvOp> recvs, bool& moved,

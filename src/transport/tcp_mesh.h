@@ -7,6 +7,7 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstddef>
@@ -60,6 +61,9 @@ class TcpMesh {
 
   // Shuts every connection down: peers blocked on us see end-of-stream at once.
   void abort();
+  // Fails naming a peer whose connection has closed or broken (its process
+  // exited, or it aborted), without reading: bytes a peer sent ahead stay.
+  void check_peers(const char* what);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -100,6 +104,8 @@ class TcpMesh {
   // (0 when the socket would block) and advances the header counter.
   std::size_t send_some(int peer, const char* data, std::size_t len);
   std::size_t recv_some(int peer, char* data, std::size_t len, const char* what);
+  // A read from `peer` that returned n (0: end of stream, < 0: errno) fails.
+  [[noreturn]] void fail_read(int peer, ssize_t n, const char* what) const;
 
   static constexpr std::size_t kHeader = sizeof(Fingerprint);
   int rank_;

@@ -72,6 +72,11 @@ class HierBackend final : public Backend {
     if (h_.cross) h_.cross->abort();
     if (h_.flat) h_.flat->abort();
   }
+  void check_peers(const char* what) override {
+    h_.local->check_peers(what);
+    if (h_.cross) h_.cross->check_peers(what);
+    if (h_.flat) h_.flat->check_peers(what);
+  }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     hier_allreduce(h_, in, out, count, t, op);

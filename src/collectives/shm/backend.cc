@@ -16,6 +16,7 @@ class ShmBackend final : public Backend {
   const char* name() const override { return "shm"; }
   void begin(const Fingerprint& fp) override { g_.begin(fp); }
   void abort(const std::string& reason) override { g_.abort(reason); }
+  void check_peers(const char* what) override { g_.check_peers(what); }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     if (run_oneshot(Plane::Shm, count * dtype_size(t), g_.chunk_bytes()))

@@ -18,6 +18,7 @@ class TcpBackend final : public Backend {
   const char* name() const override { return "tcp"; }
   void begin(const Fingerprint& fp) override { mesh_.begin(fp); }
   void abort(const std::string&) override { mesh_.abort(); }
+  void check_peers(const char* what) override { mesh_.check_peers(what); }
 
   void allreduce(const void* in, void* out, std::size_t count, DType t, Op op) override {
     if (run_oneshot(Plane::Tcp, count * dtype_size(t), std::numeric_limits<std::size_t>::max()))

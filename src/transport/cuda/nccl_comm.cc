@@ -6,7 +6,7 @@
 
 namespace kolo::gpu::nccl {
 
-Result settle(const Library& lib, Comm comm, std::chrono::milliseconds limit) {
+Result settle(const Library& lib, Comm comm, std::chrono::milliseconds limit, const std::function<void()>& between) {
   Result state = kInProgress;
   // cuda::poll's pace (a spin, then 50 µs sleeps) for NCCL's state: "not ready" while in progress.
   (void)cuda::poll(
@@ -16,12 +16,12 @@ Result settle(const Library& lib, Comm comm, std::chrono::milliseconds limit) {
         state = call != kSuccess ? call : async;
         return state == kInProgress ? cudaErrorNotReady : cudaSuccess;
       },
-      limit);
+      limit, between);
   return state;
 }
 
 Result form(const Library& lib, Comm* comm, int size, const UniqueId& id, int rank, std::chrono::milliseconds limit,
-            bool* nonblocking) {
+            bool* nonblocking, const std::function<void()>& between) {
   *comm = nullptr;
   *nonblocking = lib.comm_init_rank_config != nullptr && lib.comm_finalize != nullptr;
   if (!*nonblocking) {
@@ -34,7 +34,12 @@ Result form(const Library& lib, Comm* comm, int size, const UniqueId& id, int ra
   Comm c = nullptr;
   Result r = lib.comm_init_rank_config(&c, size, id, rank, &config);
   if (c == nullptr) return r == kSuccess || r == kInProgress ? kInternalError : r;
-  if (r == kSuccess || r == kInProgress) r = settle(lib, c, limit);
+  try {
+    if (r == kSuccess || r == kInProgress) r = settle(lib, c, limit, between);
+  } catch (...) {
+    (void)lib.comm_abort(c);
+    throw;
+  }
   if (r != kSuccess) {
     (void)lib.comm_abort(c);
     return r;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "transport/cuda/nccl_library.h"
@@ -27,14 +28,18 @@ namespace kolo::gpu::nccl {
 // *comm set; else *comm is null and the result is NCCL's error, or
 // kInProgress when `limit` passed first (the half-formed communicator was
 // aborted). *nonblocking says which kind was made.
+// `between` runs between polls and may throw (a peer known lost): the
+// communicator is then aborted and the exception goes on.
 Result form(const Library& lib, Comm* comm, int size, const UniqueId& id, int rank, std::chrono::milliseconds limit,
-            bool* nonblocking);
+            bool* nonblocking, const std::function<void()>& between = {});
 
 // Until the calls made on a non-blocking communicator so far have been carried
 // out (their kernels queued on their streams: only then may kolo queue work
 // after them or wait for the stream), at most `limit`. Returns kSuccess, NCCL's
 // error, or kInProgress when the limit passed; the caller aborts on either.
-Result settle(const Library& lib, Comm comm, std::chrono::milliseconds limit);
+// `between` runs between polls and may throw.
+Result settle(const Library& lib, Comm comm, std::chrono::milliseconds limit,
+              const std::function<void()>& between = {});
 
 // Lets a communicator go whose collectives have all completed: finalized and
 // destroyed; aborted where finalizing fails or outlasts `limit` (a peer gone).

@@ -18,11 +18,13 @@
 // f16 and bf16, which kolo reduces in f32 and NCCL in their own type.
 //
 // A wait on NCCL never blocks for ever: the engine thread polls the stream and
-// NCCL's asynchronous error; on an error, or past KOLO_TIMEOUT_MS (a peer that
-// stopped or died leaves NCCL's kernels waiting for it), the NCCL communicator
-// is aborted, which stops its kernels — nothing is left spinning on the GPU —
-// and the collective fails with NCCL's message; the communicator is broken
-// from then on, as after any failure.
+// NCCL's asynchronous error, and asks the host transport whether a peer is
+// known gone (PeerWatch: a dead process, a closed connection — at once, where
+// NCCL would wait for it until the deadline); on an error, a lost peer, or past
+// KOLO_TIMEOUT_MS (a peer that stopped), the NCCL communicator is aborted,
+// which stops its kernels — nothing is left spinning on the GPU — and the
+// collective fails with NCCL's message or the host's naming the peer; the
+// communicator is broken from then on, as after any failure.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -67,6 +69,44 @@ int nccl_op(Op op) {
 
 bool reduces(Kind k) { return k == Kind::Allreduce || k == Kind::ReduceScatter; }
 
+// While NCCL works, the host transport is asked every kEvery whether a peer is
+// known gone. One found gone may have finished its part first (it exited right
+// after the collective): the work gets kGrace to complete before the
+// collective fails with the host's error naming the peer.
+class PeerWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kEvery = std::chrono::milliseconds(50);
+  static constexpr auto kGrace = std::chrono::seconds(1);
+
+  void start(const HostLink& host) {
+    host_ = &host;
+    lost_ = nullptr;
+    checked_ = Clock::now();
+  }
+  // Throws the host's error once a lost peer's grace has passed.
+  void operator()() {
+    const auto now = Clock::now();
+    if (lost_) {
+      if (now - lost_at_ >= kGrace) std::rethrow_exception(lost_);
+      return;
+    }
+    if (now - checked_ < kEvery || host_ == nullptr || !host_->check_peers) return;
+    checked_ = now;
+    try {
+      host_->check_peers();
+    } catch (...) {
+      lost_ = std::current_exception();
+      lost_at_ = now;
+    }
+  }
+
+ private:
+  const HostLink* host_ = nullptr;  // the running collective's
+  std::exception_ptr lost_;
+  Clock::time_point checked_, lost_at_;
+};
+
 // Rank 0's unique id as every rank receives it, and whether rank 0 got one.
 struct Invitation {
   std::int32_t ok;
@@ -100,6 +140,7 @@ class NcclPlane : public Plane {
     const cudaStream_t s = streams_.start(t);
     if (aborted_)
       fail("{} on cuda:{}: the NCCL communicator was aborted after an earlier failure", t.what, t.device);
+    watch_.start(host);
     if (comm_ == nullptr) connect(t, host);
     KOLO_CUDA_CHECK(cudaStreamWaitEvent(s, t.input_ready, 0), t.what, t.device);
     if (c.in_bytes == 0 && c.out_bytes == 0) {  // nothing to move: the collective's synchronisation only
@@ -143,7 +184,7 @@ class NcclPlane : public Plane {
   // carries it out: settled before anything else is queued after it — the
   // calls inside a group are carried out by its end (`grouped`).
   void check(const StreamTicket& t, nccl::Result r, bool grouped = false) {
-    if (r == nccl::kInProgress && !grouped) r = nccl::settle(lib_, comm_, limit());
+    if (r == nccl::kInProgress && !grouped) r = nccl::settle(lib_, comm_, limit(), watching());
     if (r == nccl::kSuccess || (r == nccl::kInProgress && grouped)) return;
     abort();
     if (r == nccl::kInProgress)
@@ -154,6 +195,19 @@ class NcclPlane : public Plane {
   }
 
   static std::chrono::milliseconds limit() { return std::chrono::milliseconds(config::timeout_ms()); }
+
+  // The peer watch for a poll: a lost peer aborts the NCCL communicator (its
+  // kernels stop) before the host's error goes up.
+  std::function<void()> watching() {
+    return [this] {
+      try {
+        watch_();
+      } catch (...) {
+        abort();
+        throw;
+      }
+    };
+  }
 
   // Average: NCCL's ncclAvg scales each input by 1/n before summing (floats),
   // which is not kolo's sum divided by n bit for bit: the sum divided here by
@@ -180,7 +234,13 @@ class NcclPlane : public Plane {
     host.allgather(&mine, all.data(), sizeof mine);
     if (!all[0].ok) fail("{} on cuda:{}: rank 0 could not make an NCCL unique id ({})", t.what, t.device, lib_.path);
     nccl::Comm comm = nullptr;
-    const nccl::Result r = nccl::form(lib_, &comm, size_, all[0].id, host.rank, limit(), &nonblocking_);
+    nccl::Result r = nccl::kInternalError;
+    try {
+      r = nccl::form(lib_, &comm, size_, all[0].id, host.rank, limit(), &nonblocking_, watch_);
+    } catch (...) {  // a peer lost: form() let the half-formed communicator go
+      aborted_ = true;
+      throw;
+    }
     if (r != nccl::kSuccess) aborted_ = true;  // form() let the half-formed communicator go
     if (r == nccl::kInProgress)
       fail("{} on cuda:{}: NCCL ({}) did not form its communicator of {} ranks within KOLO_TIMEOUT_MS={} ms (a "
@@ -220,16 +280,16 @@ class NcclPlane : public Plane {
 
   // Until the stream has run the NCCL call (see the file's comment).
   void wait(const StreamTicket& t, cudaStream_t s) {
-    const cudaError_t e = cuda::poll([s] { return cudaStreamQuery(s); },
-                                     std::chrono::milliseconds(config::timeout_ms()), [&] {
-                                       nccl::Result async = nccl::kSuccess;
-                                       if (lib_.comm_get_async_error(comm_, &async) != nccl::kSuccess ||
-                                           (async != nccl::kSuccess && async != nccl::kInProgress)) {
-                                         abort();
-                                         fail("{} on cuda:{}: NCCL ({}) reported: {}", t.what, t.device, lib_.path,
-                                              nccl::describe(lib_, async));
-                                       }
-                                     });
+    const auto watch = watching();
+    const cudaError_t e = cuda::poll([s] { return cudaStreamQuery(s); }, limit(), [&] {
+      watch();
+      nccl::Result async = nccl::kSuccess;
+      if (lib_.comm_get_async_error(comm_, &async) != nccl::kSuccess ||
+          (async != nccl::kSuccess && async != nccl::kInProgress)) {
+        abort();
+        fail("{} on cuda:{}: NCCL ({}) reported: {}", t.what, t.device, lib_.path, nccl::describe(lib_, async));
+      }
+    });
     if (e == cudaSuccess) return;
     abort();
     if (e == cudaErrorNotReady)
@@ -249,6 +309,7 @@ class NcclPlane : public Plane {
   nccl::Comm comm_ = nullptr;
   bool nonblocking_ = false;  // NCCL ≥ 2.14: every call settled (nccl_comm.h)
   bool aborted_ = false;
+  PeerWatch watch_;
 };
 
 }  // namespace
