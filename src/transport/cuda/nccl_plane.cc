@@ -237,11 +237,12 @@ class NcclPlane : public Plane {
     nccl::Result r = nccl::kInternalError;
     try {
       r = nccl::form(lib_, &comm, size_, all[0].id, host.rank, limit(), &nonblocking_, watch_);
-    } catch (...) {  // a peer lost: form() let the half-formed communicator go
+    } catch (...) {  // a peer lost
       aborted_ = true;
       throw;
     }
-    if (r != nccl::kSuccess) aborted_ = true;  // form() let the half-formed communicator go
+    // On any failure form() let the half-formed communicator go.
+    if (r != nccl::kSuccess) aborted_ = true;
     if (r == nccl::kInProgress)
       fail("{} on cuda:{}: NCCL ({}) did not form its communicator of {} ranks within KOLO_TIMEOUT_MS={} ms (a "
            "peer stopped or died?); it was aborted",
