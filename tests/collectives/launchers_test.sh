@@ -7,6 +7,7 @@
 #   launchers_test.sh IDENTITY_BINARY
 set -u
 source "$(dirname "$0")/../private_shm.sh" "$@"  # a /dev/shm of its own (it checks all of it)
+source "$(dirname "$0")/../common/ports.sh"
 BIN=$1
 N=3
 fail=0
@@ -43,9 +44,7 @@ run_ranks() {
   for p in "${pids[@]}"; do wait "$p"; done
 }
 
-# Below Linux's ephemeral ports (32768 up), which the outgoing connections of tests
-# beside this one may hold (as kolo's Slurm store port is).
-port=$((20000 + RANDOM % 12700))
+port=$(test_port)
 step=$RANDOM
 torchrun_vars() { echo "RANK=$1 WORLD_SIZE=$N LOCAL_RANK=$1 LOCAL_WORLD_SIZE=$N MASTER_ADDR=127.0.0.1 MASTER_PORT=$port"; }
 ompi_vars()     { echo "OMPI_COMM_WORLD_RANK=$1 OMPI_COMM_WORLD_SIZE=$N OMPI_COMM_WORLD_LOCAL_RANK=$1 OMPI_COMM_WORLD_LOCAL_SIZE=$N"; }

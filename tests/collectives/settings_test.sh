@@ -10,6 +10,7 @@
 set -u
 K=$1 BIN=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../common/ports.sh"
 BOUND_S=${BOUND_S:-10}
 fails=0
 tmp=$(mktemp -d)
@@ -84,7 +85,7 @@ expect_refused "hosts: KOLO_HIERARCHICAL differs between hosts" \
   -np 4 "$HERE/as_host.sh" "a a b b" "$W" 2 KOLO_HIERARCHICAL=0 -- "$W" 3 KOLO_HIERARCHICAL=0 -- "$BIN"
 
 # No kolorun: torchrun-style variables, rank 0 hosting the store; rank 1 turns verification off.
-port=$((20000 + RANDOM % 12768))  # below Linux's ephemeral ports, which other tests' connections may hold
+port=$(test_port)
 t0=$(now)
 pids=()
 for r in 0 1; do

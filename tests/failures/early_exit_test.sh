@@ -24,6 +24,7 @@
 # Every run has a deadline (timeout); nothing is left in /dev/shm.
 set -u
 source "$(dirname "$0")/../private_shm.sh" "$@"  # a /dev/shm of its own (it checks all of it)
+source "$(dirname "$0")/../common/ports.sh"
 BIN=$1
 RUNS=${2:-20}
 DELAY_MS=${EARLY_EXIT_DELAY_MS:-300}
@@ -129,7 +130,7 @@ for launcher in torchrun slurm; do
       # would pick another MASTER_PORT; any other failure counts.
       for attempt in 1 2 3; do
         for _ in 1 2 3; do
-          port=$((20000 + RANDOM % 12768))  # below the ephemeral ports (as kolo's Slurm port)
+          port=$(test_port)
           step=$RANDOM
           vars_once ${launcher}_vars 2 $transport init
           rc=$?

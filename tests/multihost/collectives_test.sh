@@ -35,6 +35,7 @@ FAULT=$B/tests/failures/kolo_fault_rank
 for f in "$K" "$CHECK" "$IDENT" "$FAULT"; do [ -x "$f" ] || { echo "FAIL: no $f"; exit 1; }; done
 
 source "$HERE/hosts.sh"
+source "$HERE/../common/ports.sh"
 nhosts=2
 [ "$case" = 221 ] && nhosts=3
 kh_up $nhosts || exit 1
@@ -77,7 +78,7 @@ case $case in
 torchrun)
   # Ranks 0, 1 on h0 and 2, 3 on h1, rank 0 hosting the store on h0's address. LOCAL_RANK is
   # deliberately left out: kolo decides who shares a host itself.
-  addr=$(kh_addr h0) port=$((30000 + RANDOM % 20000))
+  addr=$(kh_addr h0) port=$(test_port)
   pids=()
   for r in 0 1 2 3; do
     h=h$((r / 2))
@@ -94,7 +95,7 @@ torchrun)
 
   # h0's ranks reach the store over loopback (MASTER_ADDR=127.0.0.1), h1's over the network:
   # h0's ranks must not advertise 127.0.0.1 but the address h1 reaches them on.
-  port=$((30000 + RANDOM % 20000))
+  port=$(test_port)
   pids=()
   for r in 0 1 2 3; do
     h=h$((r / 2)) master=$addr
@@ -151,7 +152,7 @@ kill | link)
   # loops over allreduces of mixed sizes until kolo reports an error; 256 KiB segments make
   # its larger allreduces pipelined (rings on a thread of their own).
   peer_ms=3000
-  addr=$(kh_addr h0) port=$((30000 + RANDOM % 20000))
+  addr=$(kh_addr h0) port=$(test_port)
   pids=()
   for r in 0 1 2 3; do
     kh_exec h$((r / 2)) env RANK=$r WORLD_SIZE=4 MASTER_ADDR=$addr MASTER_PORT=$port \

@@ -45,6 +45,7 @@ RSH="ssh -F $KH_SSH_CONFIG"
 cd "$WORK"  # the working directory the ranks must see on every host
 
 source "$HERE/checks.sh"
+source "$HERE/../common/ports.sh"
 # Nothing of a job left on any host.
 no_leftovers() {
   local h r=0
@@ -173,7 +174,7 @@ mpirun)
   command -v mpirun > /dev/null || { echo "SKIP: no mpirun"; exit 77; }
   # Open MPI starts its daemons over the same ssh; kolo's ranks meet at rank 0's store, whose
   # address the README tells mpirun users to pass with -x.
-  port=$((20000 + RANDOM % 20000))
+  port=$(test_port)
   kh_exec h0 mpirun --allow-run-as-root -H h0:2,h1:2 -np 4 --mca plm_rsh_agent "$RSH" \
     --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
     -x KOLO_STORE_ADDR=h0:$port -x KOLO_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') \

@@ -9,6 +9,7 @@
 #   job_test.sh torchrun SECURE_RANK KOLO_POKE          (rank 0 hosts the store)
 #   job_test.sh kolorun  SECURE_RANK KOLO_POKE KOLORUN  (kolorun hosts the store)
 set -u
+source "$(dirname "$0")/../common/ports.sh"
 MODE=$1
 RANK_BIN=$2
 POKE=$3
@@ -27,10 +28,6 @@ trap cleanup EXIT
 ok() { echo "ok: $1"; }
 bad() { echo "FAILED: $1"; fail=1; }
 random_hex() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-    echo $((20000 + RANDOM % 20000))
-}
 
 export KOLO_TRANSPORT=tcp KOLO_RENDEZVOUS_TIMEOUT_MS=60000
 export SECURE_GO_FILE=$tmp/go SECURE_WAIT_RANK=$LAST
@@ -38,7 +35,7 @@ unset KOLO_SECRET KOLO_RANK KOLO_SIZE RANK WORLD_SIZE KOLO_STORE_ADDR
 
 if [ "$MODE" = torchrun ]; then
   secret=$(random_hex)
-  port=$(free_port)
+  port=$(test_port)
   store=127.0.0.1:$port
   for ((r = 0; r < N; r++)); do
     RANK=$r WORLD_SIZE=$N LOCAL_RANK=$r LOCAL_WORLD_SIZE=$N MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
